@@ -1,0 +1,52 @@
+"""Shared command-line plumbing: turn user errors into one line on stderr and an exit status."""
+
+import argparse
+import os
+import sys
+
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose flag errors raise UsageError instead of exiting.
+
+    That keeps flag errors and validation errors on one path: `run_command`.
+    """
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parse_bool(text):
+    """argparse type for real booleans: true/false, yes/no, 1/0, on/off (any case)."""
+    value = str(text).strip().lower()
+    if value in ("true", "yes", "1", "on", "t", "y"):
+        return True
+    if value in ("false", "no", "0", "off", "f", "n"):
+        return False
+    raise argparse.ArgumentTypeError("expected true or false, got %r" % text)
+
+
+def run_command(main, argv=None, prog=None):
+    """Run `main(argv)` and return the process exit status.
+
+    Args:
+      main: function taking the argument list (without the program name); it may
+        return None or an int exit status.
+      argv: arguments, default sys.argv[1:].
+      prog: program name for messages, default the basename of sys.argv[0].
+
+    Returns:
+      0 on success, the error's exit status for a Cifar10EstimatorError
+      (printed as one line on stderr), 130 on Ctrl-C.
+    """
+    prog = prog or os.path.basename(sys.argv[0] or "cifar10_estimator")
+    try:
+        status = main(sys.argv[1:] if argv is None else argv)
+    except Cifar10EstimatorError as error:
+        print("%s: error: %s" % (prog, error), file=sys.stderr)
+        return error.exit_status
+    except KeyboardInterrupt:
+        print("%s: interrupted" % prog, file=sys.stderr)
+        return 130
+    return int(status or 0)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run the test suite in the project's virtualenv, creating and installing it if needed.
+# Usage: bash scripts/test.sh [pytest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/venv.sh
+ensure_venv ".[test]"
+exec "$VENV_DIR/bin/python" -m pytest "$@"

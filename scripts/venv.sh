@@ -1,0 +1,42 @@
+# Sourced by the scripts in this folder: finds a supported Python and keeps a virtualenv.
+# VENV_DIR (default .venv) and PYTHON (default: the first of python3.11, 3.10, 3.9, python3
+# that is a supported version) can be set by the caller.
+
+VENV_DIR=${VENV_DIR:-.venv}
+
+supported_python() {
+  "$1" -c 'import sys; sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 11) else 1)' 2>/dev/null
+}
+
+find_python() {
+  if [ -n "${PYTHON:-}" ]; then
+    if ! supported_python "$PYTHON"; then
+      echo "error: $PYTHON is $("$PYTHON" --version 2>&1 || echo 'not runnable'); this package needs Python 3.9, 3.10 or 3.11" \
+           "because TensorFlow 2.15, the last release with tf.estimator, supports only those." >&2
+      exit 2
+    fi
+    echo "$PYTHON"
+    return
+  fi
+  for candidate in python3.11 python3.10 python3.9 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && supported_python "$candidate"; then
+      command -v "$candidate"
+      return
+    fi
+  done
+  echo "error: no Python 3.9, 3.10 or 3.11 found (python3 is $(python3 --version 2>&1 || echo missing))." \
+       "TensorFlow 2.15, the last release with tf.estimator, supports only those; install one and set PYTHON=/path/to/it." >&2
+  exit 2
+}
+
+ensure_venv() {
+  local requirement=$1
+  if [ ! -x "$VENV_DIR/bin/python" ] || ! supported_python "$VENV_DIR/bin/python"; then
+    local python
+    python=$(find_python)
+    echo "Creating virtualenv $VENV_DIR with $python" >&2
+    "$python" -m venv "$VENV_DIR"
+  fi
+  "$VENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
+  "$VENV_DIR/bin/python" -m pip install --quiet -e "$requirement" >&2
+}

@@ -1,0 +1,41 @@
+"""Installable package for the CIFAR-10 ResNet tf.estimator tutorial."""
+
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_version():
+    with open(os.path.join(HERE, "cifar10_estimator", "__init__.py")) as stream:
+        return re.search(r'^__version__ = "([^"]+)"', stream.read(), re.M).group(1)
+
+
+def read_requirements():
+    with open(os.path.join(HERE, "requirements.txt")) as stream:
+        return [line.strip() for line in stream
+                if line.strip() and not line.startswith("#")]
+
+
+setup(
+    name="cifar10_estimator",
+    version=read_version(),
+    description="CIFAR-10 ResNet multi-tower training with tf.estimator on TensorFlow 2.15",
+    long_description=open(os.path.join(HERE, "README.md")).read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["cifar10_estimator", "cifar10_estimator.*"]),
+    python_requires=">=3.9,<3.12",
+    install_requires=read_requirements(),
+    extras_require={"test": ["pytest>=7", "pytest-timeout>=2"]},
+    entry_points={"console_scripts": [
+        "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",
+    ]},
+    classifiers=[
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "License :: OSI Approved :: Apache Software License",
+    ],
+)

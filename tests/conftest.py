@@ -1,0 +1,55 @@
+"""Fixtures shared by the test modules: archives, a local HTTP server, tiny TFRecords."""
+
+import functools
+import http.server
+import os
+import sys
+import threading
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import cifar_archives  # noqa: E402
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """(directory, base_url): files put in directory are served over HTTP on 127.0.0.1."""
+    root = tmp_path / "served"
+    root.mkdir()
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def cifar_batches():
+    """The six official batches, 24 random images each, as dicts with byte-string keys."""
+    return cifar_archives.make_batches(images_per_batch=24, seed=1)
+
+
+@pytest.fixture
+def cifar_archive(tmp_path, cifar_batches):
+    """(path, md5) of an official-format archive holding `cifar_batches`."""
+    path = tmp_path / "archive" / cifar_archives.ARCHIVE_NAME
+    path.parent.mkdir()
+    md5 = cifar_archives.write_archive(str(path), cifar_batches)
+    return path, md5
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory):
+    """A data directory with tiny random train/validation/eval TFRecords (64/16/32)."""
+    data_dir = tmp_path_factory.mktemp("tiny_tfrecords")
+    cifar_archives.make_tiny_tfrecords(str(data_dir))
+    return data_dir
