@@ -31,6 +31,7 @@ setup(
     extras_require={"test": ["pytest>=7", "pytest-timeout>=2"]},
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",
+        "cifar10-train=cifar10_estimator.main:console_main",
     ]},
     classifiers=[
         "Programming Language :: Python :: 3.9",

@@ -1,0 +1,263 @@
+"""Train and evaluate a CIFAR-10 ResNet with tf.estimator on CPU, GPUs or a TF_CONFIG cluster.
+
+    python -m cifar10_estimator.main --data-dir DATA --job-dir JOB --num-gpus 0
+
+Flags keep the original tutorial's names and defaults. Everything is validated before
+TensorFlow builds a graph; a user error ends with one line on stderr and exit status 2.
+"""
+
+import argparse
+import os
+import sys
+
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.cli import ArgumentParser, parse_bool, run_command
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
+PROG = "cifar10_estimator.main"
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog=PROG,
+        description="Train a ResNet on CIFAR-10 with tf.estimator.train_and_evaluate: "
+                    "one tower per GPU (or per logical CPU device), gradients averaged.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    data = parser.add_argument_group("data and output")
+    data.add_argument("--data-dir", help="Directory with train/eval TFRecords written by "
+                      "python -m cifar10_estimator.generate_tfrecords. "
+                      "Not needed with --use-synthetic-data.")
+    data.add_argument("--job-dir", required=True,
+                      help="Directory for checkpoints, TensorBoard events and eval results "
+                           "(job-dir/eval). Rerunning with the same job-dir resumes.")
+    data.add_argument("--use-synthetic-data", action="store_true",
+                      help="Train on one constant random batch held in memory instead of "
+                           "TFRecords: no data files, no decoding; the throughput ceiling. "
+                           "Evaluation then runs a single batch.")
+    data.add_argument("--use-distortion-for-training", type=parse_bool, default=True,
+                      metavar="BOOL", help="Pad, random-crop and flip training images "
+                                           "(true/false).")
+
+    devices = parser.add_argument_group("devices")
+    devices.add_argument("--num-gpus", type=int, default=1,
+                         help="GPUs to use, one tower each; 0 trains on the CPU.")
+    devices.add_argument("--num-cpu-towers", type=int, default=1, metavar="K",
+                         help="With --num-gpus 0: K towers on K logical CPU devices "
+                              "(the multi-tower code path on any machine).")
+    devices.add_argument("--variable-strategy", choices=["CPU", "GPU"], default="CPU",
+                         help="Where variables live: CPU, or spread over the GPUs by size.")
+    devices.add_argument("--data-format", choices=["channels_first", "channels_last"],
+                         default=None, help="Layout inside the model; default channels_first "
+                                            "on GPUs, channels_last on the CPU.")
+    devices.add_argument("--num-intra-threads", type=int, default=0,
+                         help="Threads inside one op; 0 lets TensorFlow choose.")
+    devices.add_argument("--num-inter-threads", type=int, default=0,
+                         help="Ops run in parallel; 0 lets TensorFlow choose.")
+    devices.add_argument("--log-device-placement", action="store_true",
+                         help="Log the device of every op.")
+
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--num-layers", type=int, default=44,
+                       help="ResNet depth, 6n+2 (20, 32, 44, 56, 110, ...).")
+    model.add_argument("--train-steps", type=int, default=80000,
+                       help="Global step at which training stops.")
+    model.add_argument("--train-batch-size", type=int, default=128,
+                       help="Batch of one worker, split evenly over its towers.")
+    model.add_argument("--eval-batch-size", type=int, default=100,
+                       help="Eval batch, split over the towers; must divide the eval set.")
+    model.add_argument("--momentum", type=float, default=0.9, help="Momentum of the optimizer.")
+    model.add_argument("--weight-decay", type=float, default=2e-4,
+                       help="L2 weight decay factor.")
+    model.add_argument("--learning-rate", type=float, default=0.1,
+                       help="Initial learning rate; x0.1, x0.01, x0.002 from epochs 82, 123, 300.")
+    model.add_argument("--batch-norm-decay", type=float, default=0.997,
+                       help="Decay of the batch-norm moving averages.")
+    model.add_argument("--batch-norm-epsilon", type=float, default=1e-5,
+                       help="Epsilon of batch norm.")
+    model.add_argument("--sync", action="store_true",
+                       help="Distributed only: synchronous updates with SyncReplicasOptimizer.")
+
+    schedule = parser.add_argument_group("checkpoints and evaluation")
+    schedule.add_argument("--save-checkpoints-steps", type=int, default=None, metavar="N",
+                          help="Checkpoint every N steps (default: every 600 seconds). "
+                               "A checkpoint is always written at the last step.")
+    schedule.add_argument("--eval-every-secs", type=int, default=600, metavar="S",
+                          help="Evaluate a new checkpoint at most every S seconds; the final "
+                               "checkpoint is always evaluated.")
+    return parser
+
+
+def _require_positive(args, *names):
+    for name in names:
+        value = getattr(args, name.replace("-", "_"))
+        if value is not None and value <= 0:
+            raise UsageError("--%s must be positive, got %s" % (name, value))
+
+
+def validate_flags(args):
+    """Check flags, their combinations, the GPUs and the data files. Raises UsageError."""
+    _require_positive(args, "train-steps", "train-batch-size", "eval-batch-size",
+                      "num-cpu-towers", "save-checkpoints-steps", "eval-every-secs",
+                      "learning-rate", "batch-norm-epsilon")
+    if args.num_layers < 8 or (args.num_layers - 2) % 6 != 0:
+        raise UsageError("--num-layers must be 6n+2 with n >= 1 (8, 20, 32, 44, 56, 110, ...), "
+                         "got %d" % args.num_layers)
+    if args.num_gpus < 0:
+        raise UsageError("--num-gpus must be 0 (CPU) or more, got %d" % args.num_gpus)
+    if args.num_gpus > 0:
+        _check_gpus_present(args.num_gpus)
+    if args.num_intra_threads < 0 or args.num_inter_threads < 0:
+        raise UsageError("--num-intra-threads and --num-inter-threads must be 0 or more")
+    if args.num_gpus > 0 and args.num_cpu_towers != 1:
+        raise UsageError("--num-cpu-towers applies only with --num-gpus 0")
+    if args.num_gpus == 0 and args.variable_strategy == "GPU":
+        raise UsageError("--variable-strategy GPU needs GPUs; with --num-gpus 0 use "
+                         "--variable-strategy CPU")
+    if args.num_gpus == 0 and args.data_format == "channels_first":
+        raise UsageError("--data-format channels_first needs a GPU: TensorFlow's CPU "
+                         "kernels for convolution and pooling are channels_last only")
+    num_towers = args.num_gpus or args.num_cpu_towers
+    for flag in ("train-batch-size", "eval-batch-size"):
+        batch_size = getattr(args, flag.replace("-", "_"))
+        if batch_size % num_towers != 0:
+            raise UsageError("--%s %d must be divisible by the number of towers (%d)"
+                             % (flag, batch_size, num_towers))
+    if not args.use_synthetic_data:
+        _validate_data_dir(args.data_dir)
+    eval_steps(args)
+
+
+def _validate_data_dir(data_dir):
+    hint = "write them with: python -m cifar10_estimator.generate_tfrecords --data-dir DIR"
+    if not data_dir:
+        raise UsageError("--data-dir is required (or pass --use-synthetic-data); " + hint)
+    if not os.path.isdir(data_dir):
+        raise UsageError("data directory %s does not exist; %s" % (data_dir, hint))
+    for subset in ("train", "eval"):
+        path = tfrecord_format.tfrecord_path(data_dir, subset)
+        if not os.path.isfile(path):
+            raise UsageError("%s is missing; %s" % (path, hint))
+
+
+def num_examples(data_dir, subset):
+    """Examples in `subset`: from the metadata file, else the official split's count."""
+    counts = tfrecord_format.read_num_examples(data_dir) if data_dir else None
+    counts = counts or tfrecord_format.DEFAULT_NUM_EXAMPLES
+    if subset not in counts:
+        raise Cifar10EstimatorError("%s has no count for subset %r; rerun generate_tfrecords"
+                                    % (tfrecord_format.metadata_path(data_dir), subset))
+    return counts[subset]
+
+
+def eval_steps(args):
+    """Steps that evaluate every eval example exactly once (one batch with synthetic data)."""
+    if args.use_synthetic_data:
+        return 1
+    count = num_examples(args.data_dir, "eval")
+    if count % args.eval_batch_size != 0:
+        raise UsageError("--eval-batch-size %d does not divide the %d eval examples; every "
+                         "example is evaluated exactly once, so pick a divisor of %d"
+                         % (args.eval_batch_size, count, count))
+    return count // args.eval_batch_size
+
+
+def _quiet_tensorflow_logs():
+    # C++ INFO lines and Python deprecation notices drown the training log; keep
+    # warnings and errors. Must run before TensorFlow is imported.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    import tensorflow as tf
+    from tensorflow.python.util import deprecation
+    deprecation._PRINT_DEPRECATION_WARNINGS = False
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+
+
+def _check_gpus_present(num_gpus):
+    _quiet_tensorflow_logs()
+    import tensorflow as tf
+    available = len(tf.config.list_physical_devices("GPU"))
+    if num_gpus > available:
+        raise UsageError("--num-gpus %d asked, but %d GPU%s visible to TensorFlow; use "
+                         "--num-gpus %d (0 trains on the CPU)"
+                         % (num_gpus, available, " is" if available == 1 else "s are", available))
+
+
+def make_run_config(args):
+    """RunConfig from the flags; the cluster, if any, comes from TF_CONFIG."""
+    import tensorflow as tf
+    session_config = tf.compat.v1.ConfigProto(
+        allow_soft_placement=True,
+        log_device_placement=args.log_device_placement,
+        intra_op_parallelism_threads=args.num_intra_threads,
+        inter_op_parallelism_threads=args.num_inter_threads,
+        gpu_options=tf.compat.v1.GPUOptions(force_gpu_compatible=True))
+    if args.num_gpus == 0:
+        session_config.device_count["CPU"] = args.num_cpu_towers
+    checkpoint_schedule = (
+        {"save_checkpoints_steps": args.save_checkpoints_steps}
+        if args.save_checkpoints_steps else {"save_checkpoints_secs": 600})
+    return tf.estimator.RunConfig(
+        model_dir=args.job_dir, session_config=session_config, **checkpoint_schedule)
+
+
+def train_and_evaluate(args):
+    """Build the Estimator from validated flags and run tf.estimator.train_and_evaluate.
+
+    Returns:
+      The final evaluation metrics (dict) where this task ran the final evaluation, else None.
+    """
+    _quiet_tensorflow_logs()
+    import tensorflow as tf
+    from cifar10_estimator import input_fn, model_fn
+
+    run_config = make_run_config(args)
+    layout = model_fn.TowerLayout.for_devices(
+        args.num_gpus, args.num_cpu_towers, args.variable_strategy)
+    data_format = args.data_format or ("channels_first" if args.num_gpus else "channels_last")
+    hparams = model_fn.HParams(
+        num_layers=args.num_layers, weight_decay=args.weight_decay, momentum=args.momentum,
+        learning_rate=args.learning_rate, batch_norm_decay=args.batch_norm_decay,
+        batch_norm_epsilon=args.batch_norm_epsilon, train_batch_size=args.train_batch_size,
+        num_train_examples=(tfrecord_format.DEFAULT_NUM_EXAMPLES["train"]
+                            if args.use_synthetic_data else num_examples(args.data_dir, "train")),
+        num_workers=run_config.num_worker_replicas or 1, data_format=data_format,
+        sync=args.sync)
+
+    if args.use_synthetic_data:
+        train_input_fn = input_fn.make_synthetic_input_fn(layout.num_towers, args.train_batch_size)
+        eval_input_fn = input_fn.make_synthetic_input_fn(layout.num_towers, args.eval_batch_size)
+    else:
+        train_input_fn = input_fn.make_tfrecord_input_fn(
+            args.data_dir, "train", layout.num_towers, args.train_batch_size,
+            args.use_distortion_for_training)
+        eval_input_fn = input_fn.make_tfrecord_input_fn(
+            args.data_dir, "eval", layout.num_towers, args.eval_batch_size, False)
+
+    estimator = tf.estimator.Estimator(
+        model_fn=model_fn.make_model_fn(layout, hparams), config=run_config)
+    train_spec = tf.estimator.TrainSpec(train_input_fn, max_steps=args.train_steps)
+    eval_spec = tf.estimator.EvalSpec(
+        eval_input_fn, steps=eval_steps(args), start_delay_secs=0,
+        throttle_secs=args.eval_every_secs)
+    result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    metrics = result[0] if result else None
+    if metrics:
+        summary = ", ".join("%s = %s" % (key, metrics[key]) for key in sorted(metrics))
+        tf.compat.v1.logging.info("Final evaluation: %s", summary)
+    return metrics
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    if args.log_device_placement:
+        # Placements are logged by TensorFlow's C++ runtime at INFO level.
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    validate_flags(args)
+    train_and_evaluate(args)
+
+
+def console_main():
+    sys.exit(run_command(main, prog=PROG))
+
+
+if __name__ == "__main__":
+    console_main()

@@ -1,0 +1,294 @@
+"""The multi-tower Estimator model_fn: one ResNet tower per device, gradients averaged.
+
+Each global batch arrives split into K shards (see input_fn). Tower i runs on
+device i (a GPU, or a logical CPU device), shares the variables of tower 0 through
+variable_scope reuse, and computes its own loss and gradients. Gradients are averaged
+on the device of their variable and one optimizer update is applied.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from cifar10_estimator import cifar10_model
+from cifar10_estimator import cifar10_utils
+
+# Learning-rate schedule of the ResNet paper for CIFAR-10, in epochs, as the tutorial had it.
+LEARNING_RATE_BOUNDARY_EPOCHS = (82, 123, 300)
+LEARNING_RATE_FACTORS = (1.0, 0.1, 0.01, 0.002)
+
+LOSS_LOG_EVERY_N_STEPS = 100
+EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
+NUM_SUMMARY_IMAGES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """Hyper-parameters of the model and its optimisation (the tutorial's defaults).
+
+    train_batch_size is the batch of one worker over all its towers; the
+    learning-rate schedule counts epochs over num_workers such batches per step.
+    """
+
+    num_layers: int = 44
+    weight_decay: float = 2e-4
+    momentum: float = 0.9
+    learning_rate: float = 0.1
+    batch_norm_decay: float = 0.997
+    batch_norm_epsilon: float = 1e-5
+    train_batch_size: int = 128
+    num_train_examples: int = 40000
+    num_workers: int = 1
+    data_format: str = "channels_last"
+    sync: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TowerLayout:
+    """Where towers run and where their variables live.
+
+    Attributes:
+      devices: one device string per tower, e.g. ['/gpu:0', '/gpu:1'] or ['/cpu:0'].
+      variable_strategy: 'CPU' keeps every variable on /cpu:0; 'GPU' spreads them
+        over the tower devices, each on the least loaded by bytes.
+    """
+
+    devices: tuple
+    variable_strategy: str = "CPU"
+
+    @classmethod
+    def for_devices(cls, num_gpus, num_cpu_towers=1, variable_strategy="CPU"):
+        """num_gpus GPU towers, or (num_gpus == 0) num_cpu_towers logical CPU towers."""
+        if num_gpus > 0:
+            devices = tuple("/gpu:%d" % i for i in range(num_gpus))
+        else:
+            devices = tuple("/cpu:%d" % i for i in range(num_cpu_towers))
+        return cls(devices=devices, variable_strategy=variable_strategy)
+
+    @property
+    def num_towers(self):
+        return len(self.devices)
+
+    @property
+    def consolidation_device(self):
+        """Device of the averaged update: next to the variables."""
+        return "/gpu:0" if self.variable_strategy == "GPU" else "/cpu:0"
+
+    def device_setter(self, tower_index):
+        """Device function for tower `tower_index`: its ops on its device, variables per strategy."""
+        worker_device = self.devices[tower_index]
+        if self.variable_strategy == "CPU":
+            return cifar10_utils.local_device_setter(worker_device=worker_device)
+        strategy = cifar10_utils.GreedyLoadBalancingStrategy(
+            self.num_towers, cifar10_utils.byte_size_load_fn)
+        device_type = worker_device.split(":")[0].lstrip("/")
+        return cifar10_utils.local_device_setter(
+            num_devices=self.num_towers, ps_device_type=device_type,
+            worker_device=worker_device, ps_strategy=strategy)
+
+
+def learning_rate_schedule(global_step, base_learning_rate, num_train_examples, global_batch_size):
+    """Piecewise-constant learning rate: factors 1, 0.1, 0.01, 0.002 from epochs 82, 123, 300.
+
+    Args:
+      global_step: int64 global step tensor.
+      base_learning_rate: learning rate of the first stage.
+      num_train_examples: examples in one training epoch.
+      global_batch_size: examples consumed by one global step (over all workers).
+
+    Returns:
+      A scalar float32 tensor.
+    """
+    steps_per_epoch = max(1, num_train_examples // global_batch_size)
+    boundaries = [np.int64(steps_per_epoch * epoch) for epoch in LEARNING_RATE_BOUNDARY_EPOCHS]
+    values = [base_learning_rate * factor for factor in LEARNING_RATE_FACTORS]
+    return tf.compat.v1.train.piecewise_constant(global_step, boundaries, values)
+
+
+def average_gradients(tower_gradvars):
+    """Average each variable's gradient over the towers, on the variable's own device.
+
+    Args:
+      tower_gradvars: one list of (gradient, variable) pairs per tower, all in the
+        same variable order.
+
+    Returns:
+      A list of (averaged gradient, variable) pairs.
+    """
+    averaged = []
+    with tf.name_scope("gradient_averaging"):
+        for pairs in zip(*tower_gradvars):
+            variable = pairs[0][1]
+            if any(other is not variable for _, other in pairs):
+                raise ValueError("towers disagree on the variable order")
+            gradients = [gradient for gradient, _ in pairs]
+            if len(gradients) == 1:
+                averaged.append((gradients[0], variable))
+                continue
+            with tf.device(variable.device):
+                mean = tf.multiply(tf.add_n(gradients), 1.0 / len(gradients))
+            averaged.append((mean, variable))
+    return averaged
+
+
+def _resnet_logits(images, is_training, hparams):
+    model = cifar10_model.ResNetCifar10(
+        hparams.num_layers,
+        is_training=is_training,
+        batch_norm_decay=hparams.batch_norm_decay,
+        batch_norm_epsilon=hparams.batch_norm_epsilon,
+        data_format=hparams.data_format)
+    return model.forward_pass(images, input_data_format="channels_last")
+
+
+def make_resnet_tower_fn(hparams):
+    """tower_fn(images, labels, is_training) -> (loss, logits) of the CIFAR-10 ResNet.
+
+    The loss is the mean cross entropy of the shard plus weight decay over all
+    trainable variables, as in the tutorial.
+    """
+    def tower_fn(images, labels, is_training):
+        logits = _resnet_logits(images, is_training, hparams)
+        cross_entropy = tf.compat.v1.losses.sparse_softmax_cross_entropy(
+            labels=labels, logits=logits, loss_collection=None)
+        model_params = tf.compat.v1.trainable_variables()
+        weight_decay = hparams.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in model_params])
+        return cross_entropy + weight_decay, logits
+    return tower_fn
+
+
+def _predictions(logits):
+    return {
+        "classes": tf.argmax(logits, axis=1),
+        "probabilities": tf.nn.softmax(logits),
+    }
+
+
+def build_towers(image_shards, label_shards, layout, tower_fn, is_training):
+    """Build one tower per shard on the devices of `layout`, sharing variables.
+
+    Args:
+      image_shards, label_shards: lists with one tensor per tower.
+      layout: TowerLayout.
+      tower_fn: tower_fn(images, labels, is_training) -> (loss, logits); it creates
+        its variables with tf.compat.v1.get_variable (or layers), so towers after
+        the first reuse them.
+      is_training: build for training (gradients, batch-norm updates).
+
+    Returns:
+      (tower_losses, tower_gradvars, tower_logits, update_ops): tower_gradvars holds
+      one list of (gradient, variable) per tower, empty unless is_training;
+      update_ops are tower 0's batch-norm updates.
+    """
+    tower_losses, tower_gradvars, tower_logits = [], [], []
+    update_ops = []
+    for index, (images, labels) in enumerate(zip(image_shards, label_shards)):
+        with tf.compat.v1.variable_scope("resnet", reuse=bool(index != 0)):
+            with tf.name_scope("tower_%d" % index) as name_scope:
+                with tf.compat.v1.device(layout.device_setter(index)):
+                    loss, logits = tower_fn(images, labels, is_training)
+                    tower_losses.append(loss)
+                    tower_logits.append(logits)
+                    if is_training:
+                        variables = tf.compat.v1.trainable_variables()
+                        gradients = tf.gradients(loss, variables)
+                        tower_gradvars.append(list(zip(gradients, variables)))
+                    if index == 0:
+                        # Every tower shares the moving mean/variance variables. Running
+                        # each tower's update would apply K updates per step (an effective
+                        # decay of decay**K) and write across devices; tower 0's shard is
+                        # an unbiased sample of the batch, so its update alone keeps the
+                        # statistics the single-device model would have.
+                        update_ops = tf.compat.v1.get_collection(
+                            tf.compat.v1.GraphKeys.UPDATE_OPS, name_scope)
+    return tower_losses, tower_gradvars, tower_logits, update_ops
+
+
+def _make_optimizer(learning_rate, hparams, is_chief):
+    """The momentum optimizer, wrapped for synchronous replicas with --sync.
+
+    Returns:
+      (optimizer, hooks) where hooks must run on every worker.
+    """
+    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum)
+    if not hparams.sync:
+        return optimizer, []
+    optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+        optimizer,
+        replicas_to_aggregate=hparams.num_workers,
+        total_num_replicas=hparams.num_workers)
+    return optimizer, [optimizer.make_session_run_hook(is_chief)]
+
+
+def _predict_spec(features, layout, hparams):
+    """PREDICT: one tower on the first device, whatever the number of training towers."""
+    images = features["images"] if isinstance(features, dict) else features
+    images = tf.cast(images, tf.float32)
+    with tf.compat.v1.variable_scope("resnet"):
+        with tf.compat.v1.device(layout.device_setter(0)):
+            logits = _resnet_logits(images, False, hparams)
+    predictions = _predictions(logits)
+    return tf.estimator.EstimatorSpec(
+        mode=tf.estimator.ModeKeys.PREDICT,
+        predictions=predictions,
+        export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)})
+
+
+def make_model_fn(layout, hparams):
+    """An Estimator model_fn training `hparams` on the towers of `layout`.
+
+    Args:
+      layout: TowerLayout, the towers and variable placement.
+      hparams: HParams.
+
+    Returns:
+      model_fn(features, labels, mode, config) for tf.estimator.Estimator, where
+      features and labels are lists of one shard per tower (PREDICT: one batch).
+    """
+    def model_fn(features, labels, mode, config):
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return _predict_spec(features, layout, hparams)
+        is_training = mode == tf.estimator.ModeKeys.TRAIN
+        tower_losses, tower_gradvars, tower_logits, update_ops = build_towers(
+            features, labels, layout, make_resnet_tower_fn(hparams), is_training)
+
+        with tf.device(layout.consolidation_device):
+            loss = tf.reduce_mean(tower_losses, name="loss")
+            predictions = _predictions(tf.concat(tower_logits, axis=0))
+            stacked_labels = tf.concat(labels, axis=0)
+            metrics = {"accuracy": tf.compat.v1.metrics.accuracy(
+                stacked_labels, predictions["classes"])}
+            if not is_training:
+                return tf.estimator.EstimatorSpec(
+                    mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
+
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            learning_rate = learning_rate_schedule(
+                global_step, hparams.learning_rate, hparams.num_train_examples,
+                hparams.train_batch_size * hparams.num_workers)
+            optimizer, optimizer_hooks = _make_optimizer(
+                learning_rate, hparams, config.is_chief if config else True)
+            apply_op = optimizer.apply_gradients(
+                average_gradients(tower_gradvars), global_step=global_step)
+            train_op = tf.group(apply_op, *update_ops)
+
+            batch_accuracy = tf.reduce_mean(tf.cast(
+                tf.equal(tf.cast(stacked_labels, tf.int64), predictions["classes"]), tf.float32))
+            tf.compat.v1.summary.scalar("learning_rate", learning_rate)
+            tf.compat.v1.summary.scalar("train_accuracy", batch_accuracy)
+            tf.compat.v1.summary.image(
+                "images", tf.cast(features[0], tf.uint8), max_outputs=NUM_SUMMARY_IMAGES)
+
+        hooks = optimizer_hooks + [
+            tf.compat.v1.train.LoggingTensorHook(
+                {"learning_rate": learning_rate, "loss": loss},
+                every_n_iter=LOSS_LOG_EVERY_N_STEPS),
+            cifar10_utils.ExamplesPerSecondHook(
+                hparams.train_batch_size, every_n_steps=EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS),
+        ]
+        return tf.estimator.EstimatorSpec(
+            mode=mode, loss=loss, train_op=train_op, predictions=predictions,
+            training_hooks=hooks, eval_metric_ops=metrics)
+
+    return model_fn

@@ -1,0 +1,48 @@
+"""Run the package's command-line tools as real subprocesses."""
+
+import os
+import re
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# TensorFlow 2.15 logs from C++ at import even when nothing is wrong (e.g. "Unable to
+# register cuDNN factory" on machines without CUDA); those lines are not ours.
+TENSORFLOW_CPP_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ")
+
+
+def cli_env(extra=None):
+    """Environment for a child: the repo importable, TensorFlow's C++ INFO lines muted."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    env.update(extra or {})
+    return env
+
+
+def run_module(module, args, timeout=600, env=None):
+    """Run `python -m module args...` to completion; returns the CompletedProcess (text)."""
+    return subprocess.run(
+        [sys.executable, "-m", module] + [str(a) for a in args],
+        cwd=REPO_ROOT, env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=timeout)
+
+
+def start_module(module, args, env=None, **popen_kwargs):
+    """Start `python -m module args...` without waiting; returns the Popen."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module] + [str(a) for a in args],
+        cwd=REPO_ROOT, env=cli_env(env), universal_newlines=True, **popen_kwargs)
+
+
+def assert_one_line_error(result, status, *fragments):
+    """The process exited with `status` and printed one error line naming `fragments`."""
+    assert result.returncode == status, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines()
+             if line.strip() and not TENSORFLOW_CPP_LOG_LINE.match(line)]
+    assert len(lines) == 1, result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]

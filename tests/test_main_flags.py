@@ -1,0 +1,103 @@
+"""Flag validation of the trainer: every user error is one line and a non-zero exit."""
+
+import pytest
+
+from cifar10_estimator import main as trainer
+from cli_helpers import assert_one_line_error, run_module
+
+MODULE = "cifar10_estimator.main"
+
+
+def run_trainer(*args):
+    return run_module(MODULE, list(args), timeout=120)
+
+
+@pytest.fixture
+def base_args(tiny_data_dir, tmp_path):
+    return ["--data-dir", tiny_data_dir, "--job-dir", tmp_path / "job", "--num-gpus", "0",
+            "--num-layers", "8", "--train-batch-size", "8", "--eval-batch-size", "8"]
+
+
+def test_help_lists_every_flag_of_the_original_and_the_new_ones():
+    result = run_trainer("--help")
+    assert result.returncode == 0
+    for flag in ("--data-dir", "--job-dir", "--variable-strategy", "--num-gpus", "--num-layers",
+                 "--train-steps", "--train-batch-size", "--eval-batch-size", "--momentum",
+                 "--weight-decay", "--learning-rate", "--use-distortion-for-training", "--sync",
+                 "--num-intra-threads", "--num-inter-threads", "--data-format",
+                 "--log-device-placement", "--batch-norm-decay", "--batch-norm-epsilon",
+                 "--num-cpu-towers", "--use-synthetic-data", "--save-checkpoints-steps",
+                 "--eval-every-secs"):
+        assert flag in result.stdout, flag
+
+
+def test_defaults_are_the_original_tutorials():
+    args = trainer.build_parser().parse_args(["--job-dir", "j"])
+    assert (args.num_gpus, args.num_layers, args.train_steps, args.train_batch_size,
+            args.eval_batch_size, args.momentum, args.weight_decay, args.learning_rate,
+            args.batch_norm_decay, args.batch_norm_epsilon, args.variable_strategy,
+            args.use_distortion_for_training, args.sync, args.data_format) == (
+        1, 44, 80000, 128, 100, 0.9, 2e-4, 0.1, 0.997, 1e-5, "CPU", True, False, None)
+
+
+@pytest.mark.parametrize("text, expected", [("false", False), ("False", False), ("0", False),
+                                            ("no", False), ("true", True), ("1", True)])
+def test_use_distortion_for_training_is_a_real_boolean(text, expected):
+    args = trainer.build_parser().parse_args(
+        ["--job-dir", "j", "--use-distortion-for-training", text])
+    assert args.use_distortion_for_training is expected
+
+
+def test_thread_flags_reach_the_session_config(tmp_path):
+    args = trainer.build_parser().parse_args(
+        ["--job-dir", str(tmp_path), "--num-gpus", "0", "--num-cpu-towers", "3",
+         "--num-inter-threads", "3", "--num-intra-threads", "2"])
+    session_config = trainer.make_run_config(args).session_config
+    assert session_config.inter_op_parallelism_threads == 3
+    assert session_config.intra_op_parallelism_threads == 2
+    assert session_config.device_count["CPU"] == 3
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    (["--num-layers", "45"], ["--num-layers", "6n+2", "45"]),
+    (["--num-gpus", "-1"], ["--num-gpus", "-1"]),
+    (["--num-gpus", "0", "--variable-strategy", "GPU"], ["--variable-strategy GPU"]),
+    (["--num-cpu-towers", "3"], ["--train-batch-size 8", "divisible", "3"]),
+    (["--num-cpu-towers", "4", "--eval-batch-size", "6"], ["--eval-batch-size 6", "divisible"]),
+    (["--eval-batch-size", "5"], ["--eval-batch-size 5", "32 eval examples"]),
+    (["--train-steps", "0"], ["--train-steps", "positive"]),
+    (["--num-cpu-towers", "0"], ["--num-cpu-towers", "positive"]),
+    (["--data-format", "channels_first"], ["channels_first", "GPU"]),
+    (["--use-distortion-for-training", "maybe"], ["maybe"]),
+    (["--num-layers", "many"], ["--num-layers", "many"]),
+])
+def test_flag_errors_are_one_line_with_exit_2(base_args, extra, fragments):
+    assert_one_line_error(run_trainer(*(base_args + extra)), 2, *fragments)
+
+
+def test_more_gpus_than_present_is_a_clear_error(base_args):
+    args = [a for a in base_args] + ["--num-gpus", "64"]
+    assert_one_line_error(run_trainer(*args), 2, "--num-gpus 64", "visible")
+
+
+def test_missing_job_dir(tiny_data_dir):
+    assert_one_line_error(run_trainer("--data-dir", tiny_data_dir, "--num-gpus", "0"),
+                          2, "--job-dir")
+
+
+def test_missing_data_dir_names_the_path_and_the_fix(tmp_path):
+    missing = tmp_path / "nowhere"
+    result = run_trainer("--data-dir", missing, "--job-dir", tmp_path / "job", "--num-gpus", "0")
+    assert_one_line_error(result, 2, str(missing), "generate_tfrecords")
+
+
+def test_data_dir_without_train_file_names_the_file(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_trainer("--data-dir", empty, "--job-dir", tmp_path / "job", "--num-gpus", "0")
+    assert_one_line_error(result, 2, str(empty / "train.tfrecords"), "generate_tfrecords")
+
+
+def test_data_dir_flag_is_required_without_synthetic_data(tmp_path):
+    result = run_trainer("--job-dir", tmp_path / "job", "--num-gpus", "0")
+    assert_one_line_error(result, 2, "--data-dir", "--use-synthetic-data")

@@ -1,0 +1,102 @@
+"""Training through the real CLI in a subprocess, on tiny TFRecords and ResNet-8."""
+
+import glob
+import os
+import re
+import signal
+import time
+
+import pytest
+import tensorflow as tf
+
+from cli_helpers import run_module, start_module
+
+MODULE = "cifar10_estimator.main"
+pytestmark = pytest.mark.slow
+
+
+def trainer_args(data_dir, job_dir, *extra):
+    return ["--data-dir", data_dir, "--job-dir", job_dir, "--num-gpus", "0",
+            "--num-layers", "8", "--train-batch-size", "8", "--eval-batch-size", "8",
+            "--eval-every-secs", "1"] + list(extra)
+
+
+def checkpoint_steps(job_dir):
+    return sorted(int(re.search(r"model\.ckpt-(\d+)\.index$", path).group(1))
+                  for path in glob.glob(os.path.join(str(job_dir), "model.ckpt-*.index")))
+
+
+def eval_metrics(job_dir):
+    """{global_step: {tag: value}} read from the event files under job_dir/eval."""
+    metrics = {}
+    for path in glob.glob(os.path.join(str(job_dir), "eval", "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                metrics.setdefault(event.step, {})[value.tag] = value.simple_value
+    return metrics
+
+
+def assert_trained_and_evaluated(result, job_dir, train_steps):
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert checkpoint_steps(job_dir)[-1] == train_steps
+    final = eval_metrics(job_dir)[train_steps]
+    assert 0.0 <= final["accuracy"] <= 1.0
+    assert final["loss"] > 0
+    assert "Average examples/sec:" in result.stderr
+    assert re.search(r"learning_rate = 0\.1, loss = [0-9.]+", result.stderr)
+
+
+def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "15"))
+    assert_trained_and_evaluated(result, job_dir, 15)
+    assert "Final evaluation:" in result.stderr
+
+
+def test_two_cpu_towers_run_on_two_devices(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, trainer_args(
+        tiny_data_dir, job_dir, "--train-steps", "15", "--num-cpu-towers", "2",
+        "--log-device-placement"))
+    assert_trained_and_evaluated(result, job_dir, 15)
+    placements = re.findall(
+        r"\] (resnet\S*/tower_(\d)/\S+): \((\w+)\): \S+device:CPU:(\d)$", result.stderr, re.M)
+    compute = [(tower, device) for _, tower, op_type, device in placements
+               if op_type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3", "MatMul")]
+    assert {tower for tower, _ in compute} == {"0", "1"}, result.stderr[-3000:]
+    assert all(tower == device for tower, device in compute), compute
+
+
+def test_synthetic_data_needs_no_files(tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, ["--use-synthetic-data", "--job-dir", job_dir, "--num-gpus", "0",
+                                 "--num-layers", "8", "--train-batch-size", "8",
+                                 "--eval-batch-size", "8", "--train-steps", "15"])
+    assert_trained_and_evaluated(result, job_dir, 15)
+
+
+def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "400",
+                        "--save-checkpoints-steps", "5", "--eval-every-secs", "3600")
+    process = start_module(MODULE, args, stdout=open(os.devnull, "w"),
+                           stderr=open(str(tmp_path / "first.log"), "w"))
+    try:
+        deadline = time.time() + 300
+        while not [s for s in checkpoint_steps(job_dir) if s >= 5]:
+            assert process.poll() is None, open(str(tmp_path / "first.log")).read()[-3000:]
+            assert time.time() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.2)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    killed_at = checkpoint_steps(job_dir)[-1]
+    assert killed_at < 400, "training finished before it could be killed"
+
+    result = run_module(MODULE, args)
+    assert result.returncode == 0, result.stderr[-5000:]
+    restored = re.search(r"Restoring parameters from \S+model\.ckpt-(\d+)", result.stderr)
+    assert restored and int(restored.group(1)) >= killed_at
+    first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", result.stderr).group(1))
+    assert first_step >= killed_at
+    assert checkpoint_steps(job_dir)[-1] == 400
