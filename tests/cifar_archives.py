@@ -165,3 +165,80 @@ def make_tiny_tfrecords(data_dir, num_train=64, num_validation=16, num_eval=32, 
                            rng.randint(0, 10, size=count).astype(np.int64))
     write_tfrecords_the_original_way(data_dir, subsets)
     return subsets
+
+
+class ArchiveServer:
+    """Serves one payload over HTTP on 127.0.0.1, with Range support and optional breakage.
+
+    Args:
+      payload: the bytes served at every path.
+      bytes_before_break: function(request index) -> body bytes to send before
+        dropping the connection, or None to send the whole body; default never breaks.
+      honour_range: answer `Range: bytes=N-` with 206 (False: always the whole file).
+
+    Use as a context manager. `url` is the payload's address; `range_headers` lists
+    the Range header of each request received (None when there was none).
+    """
+
+    def __init__(self, payload, bytes_before_break=None, honour_range=True):
+        import http.server
+        import threading
+
+        self.payload = payload
+        self.range_headers = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                server._answer(self)
+
+            def log_message(self, *args):
+                pass
+
+        self._bytes_before_break = bytes_before_break or (lambda index: None)
+        self._honour_range = honour_range
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self.url = "http://127.0.0.1:%d/%s" % (self._httpd.server_address[1], ARCHIVE_NAME)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _answer(self, handler):
+        import re
+        import socket
+
+        range_header = handler.headers.get("Range")
+        request_index = len(self.range_headers)
+        self.range_headers.append(range_header)
+        match = re.fullmatch(r"bytes=(\d+)-", range_header or "")
+        start = int(match.group(1)) if match and self._honour_range else 0
+        if start >= len(self.payload) and start:
+            handler.send_error(416)
+            return
+        if start:
+            handler.send_response(206)
+            handler.send_header("Content-Range", "bytes %d-%d/%d"
+                                % (start, len(self.payload) - 1, len(self.payload)))
+        else:
+            handler.send_response(200)
+        body = self.payload[start:]
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        cut = self._bytes_before_break(request_index)
+        handler.wfile.write(body if cut is None else body[:cut])
+        if cut is not None:
+            handler.wfile.flush()
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+def breaks_first_request_after(num_bytes):
+    """An ArchiveServer `bytes_before_break` that drops only the first response after num_bytes."""
+    return lambda request_index: num_bytes if request_index == 0 else None
