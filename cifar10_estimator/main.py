@@ -12,7 +12,7 @@ import sys
 
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, parse_bool, run_command
-from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.errors import UsageError
 
 PROG = "cifar10_estimator.main"
 
@@ -128,7 +128,7 @@ def validate_flags(args):
 
 
 def _validate_data_dir(data_dir):
-    hint = "write them with: python -m cifar10_estimator.generate_tfrecords --data-dir DIR"
+    hint = "write them with: " + tfrecord_format.generate_command(data_dir or "DIR")
     if not data_dir:
         raise UsageError("--data-dir is required (or pass --use-synthetic-data); " + hint)
     if not os.path.isdir(data_dir):
@@ -139,21 +139,11 @@ def _validate_data_dir(data_dir):
             raise UsageError("%s is missing; %s" % (path, hint))
 
 
-def num_examples(data_dir, subset):
-    """Examples in `subset`: from the metadata file, else the official split's count."""
-    counts = tfrecord_format.read_num_examples(data_dir) if data_dir else None
-    counts = counts or tfrecord_format.DEFAULT_NUM_EXAMPLES
-    if subset not in counts:
-        raise Cifar10EstimatorError("%s has no count for subset %r; rerun generate_tfrecords"
-                                    % (tfrecord_format.metadata_path(data_dir), subset))
-    return counts[subset]
-
-
 def eval_steps(args):
     """Steps that evaluate every eval example exactly once (one batch with synthetic data)."""
     if args.use_synthetic_data:
         return 1
-    count = num_examples(args.data_dir, "eval")
+    count = tfrecord_format.num_examples("eval", args.data_dir)
     if count % args.eval_batch_size != 0:
         raise UsageError("--eval-batch-size %d does not divide the %d eval examples; every "
                          "example is evaluated exactly once, so pick a divisor of %d"
@@ -207,7 +197,7 @@ def train_and_evaluate(args):
     """
     _quiet_tensorflow_logs()
     import tensorflow as tf
-    from cifar10_estimator import input_fn, model_fn
+    from cifar10_estimator import export, input_fn, model_fn
 
     run_config = make_run_config(args)
     layout = model_fn.TowerLayout.for_devices(
@@ -217,10 +207,11 @@ def train_and_evaluate(args):
         num_layers=args.num_layers, weight_decay=args.weight_decay, momentum=args.momentum,
         learning_rate=args.learning_rate, batch_norm_decay=args.batch_norm_decay,
         batch_norm_epsilon=args.batch_norm_epsilon, train_batch_size=args.train_batch_size,
-        num_train_examples=(tfrecord_format.DEFAULT_NUM_EXAMPLES["train"]
-                            if args.use_synthetic_data else num_examples(args.data_dir, "train")),
+        num_train_examples=tfrecord_format.num_examples(
+            "train", None if args.use_synthetic_data else args.data_dir),
         num_workers=run_config.num_worker_replicas or 1, data_format=data_format,
         sync=args.sync)
+    export.save_hparams(args.job_dir, hparams)
 
     if args.use_synthetic_data:
         train_input_fn = input_fn.make_synthetic_input_fn(layout.num_towers, args.train_batch_size)
@@ -237,7 +228,7 @@ def train_and_evaluate(args):
     train_spec = tf.estimator.TrainSpec(train_input_fn, max_steps=args.train_steps)
     eval_spec = tf.estimator.EvalSpec(
         eval_input_fn, steps=eval_steps(args), start_delay_secs=0,
-        throttle_secs=args.eval_every_secs)
+        throttle_secs=args.eval_every_secs, exporters=export.make_exporters())
     result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     metrics = result[0] if result else None
     if metrics:

@@ -34,10 +34,20 @@ METADATA_FILENAME = "cifar10_metadata.json"
 METADATA_FORMAT = "cifar10_estimator.tfrecords/1"
 
 
-def tfrecord_path(data_dir, subset):
-    """Path of the TFRecord file of `subset` ('train', 'validation' or 'eval') in data_dir."""
+def check_subset(subset):
+    """Raises ValueError unless subset is 'train', 'validation' or 'eval'."""
     if subset not in SUBSETS:
         raise ValueError("subset must be one of %s, got %r" % (", ".join(SUBSETS), subset))
+
+
+def generate_command(data_dir):
+    """The command that writes the TFRecords into data_dir, for error messages."""
+    return "python -m cifar10_estimator.generate_tfrecords --data-dir %s" % data_dir
+
+
+def tfrecord_path(data_dir, subset):
+    """Path of the TFRecord file of `subset` ('train', 'validation' or 'eval') in data_dir."""
+    check_subset(subset)
     return os.path.join(data_dir, subset + ".tfrecords")
 
 
@@ -79,4 +89,29 @@ def read_num_examples(data_dir):
         return {str(subset): int(count) for subset, count in counts.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise Cifar10EstimatorError(
-            "cannot read %s (%s); rerun generate_tfrecords" % (path, error))
+            "cannot read %s (%s); regenerate the data with: %s"
+            % (path, error, generate_command(data_dir)))
+
+
+def num_examples(subset="train", data_dir=None):
+    """Number of examples in `subset`, from the metadata file of data_dir.
+
+    Args:
+      subset: 'train', 'validation' or 'eval'.
+      data_dir: directory written by generate_tfrecords; without it, or when it has no
+        metadata file (records written by the original tutorial), the counts of the
+        official split are returned: 40000 / 10000 / 10000.
+
+    Raises:
+      ValueError: unknown subset.
+      Cifar10EstimatorError: the metadata file is unreadable or lacks the subset.
+    """
+    check_subset(subset)
+    counts = None if data_dir is None else read_num_examples(data_dir)
+    if counts is None:
+        return DEFAULT_NUM_EXAMPLES[subset]
+    if subset not in counts:
+        raise Cifar10EstimatorError(
+            "%s has no count for subset %r; regenerate the data with: %s" % (
+                metadata_path(data_dir), subset, generate_command(data_dir)))
+    return counts[subset]
