@@ -1,0 +1,79 @@
+"""ResNetCifar10: the CIFAR-10 ResNet of He et al. 2016 (section 4.2) from the blocks."""
+
+import numbers
+
+import tensorflow as tf
+
+from cifar10_estimator import model_base
+
+# The tutorial's network has 11 outputs for CIFAR-10's 10 classes. That was a
+# quirk, kept so checkpoints of the original (dense/kernel of shape [64, 11])
+# load unchanged: the 11th logit is never a label, so softmax cross-entropy only
+# ever pushes it down and argmax does not pick it in practice.
+ORIGINAL_NUM_CLASSES = 11
+
+STAGE_FILTERS = (16, 32, 64)
+STAGE_STRIDES = (1, 2, 2)
+
+
+class ResNetCifar10(model_base.ResNet):
+    """ResNet-(6n+2) for 32x32 images: a 3x3 conv, three stages of n basic units, a classifier."""
+
+    def __init__(self, num_layers, is_training, batch_norm_decay, batch_norm_epsilon,
+                 data_format="channels_first", num_classes=ORIGINAL_NUM_CLASSES):
+        """Args:
+          num_layers: depth 6n + 2 with n >= 1 (20, 32, 44, 56 and 110 in the paper).
+          is_training, batch_norm_decay, batch_norm_epsilon, data_format: see
+            model_base.ResNet.
+          num_classes: number of logits; the original's 11 by default (see
+            ORIGINAL_NUM_CLASSES).
+
+        Raises:
+          ValueError: num_layers is not 6n + 2, or data_format is unknown.
+        """
+        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon)
+        self.num_units_per_stage = num_units_per_stage(num_layers)
+        self.num_classes = num_classes
+
+    def forward_pass(self, x, input_data_format="channels_last"):
+        """Logits [batch, num_classes] of the images x (float pixel values 0..255).
+
+        Args:
+          x: 4-D float tensor of images, laid out as input_data_format says.
+          input_data_format: 'channels_last' (NHWC, what the data set yields) or
+            'channels_first'; x is transposed when it differs from the model's.
+        """
+        if input_data_format not in model_base.DATA_FORMATS:
+            raise ValueError("input_data_format must be 'channels_first' or 'channels_last', "
+                             "got %r" % (input_data_format,))
+        if input_data_format != self._data_format:
+            to_model_order = [0, 3, 1, 2] if input_data_format == "channels_last" else [0, 2, 3, 1]
+            x = tf.transpose(x, to_model_order)
+
+        x = x / 128 - 1
+        x = self._conv(x, 3, STAGE_FILTERS[0], 1)
+        x = self._batch_norm(x)
+        x = self._relu(x)
+
+        in_filter = STAGE_FILTERS[0]
+        for out_filter, stride in zip(STAGE_FILTERS, STAGE_STRIDES):
+            with tf.name_scope("stage"):
+                for unit in range(self.num_units_per_stage):
+                    unit_stride = stride if unit == 0 else 1
+                    x = self._residual_v1(x, 3, in_filter, out_filter, unit_stride)
+                    in_filter = out_filter
+
+        x = self._global_avg_pool(x)
+        return self._fully_connected(x, self.num_classes)
+
+
+def num_units_per_stage(num_layers):
+    """n of a ResNet-(6n+2): residual units in each of the three stages.
+
+    Raises:
+      ValueError: num_layers is not 6n + 2 with n >= 1.
+    """
+    if not isinstance(num_layers, numbers.Integral) or num_layers < 8 or (num_layers - 2) % 6 != 0:
+        raise ValueError("num_layers must be 6n+2 for a whole n >= 1 (8, 14, 20, 32, 44, 56, "
+                         "110, ...), got %r" % (num_layers,))
+    return (num_layers - 2) // 6

@@ -1,0 +1,170 @@
+"""Training helpers: a throughput-logging hook and device setters that place variables.
+
+The tutorial took the greedy parameter-device strategy from tf.contrib.training,
+which no longer exists; GreedyLoadBalancingStrategy and byte_size_load_fn replace it.
+"""
+
+import tensorflow as tf
+
+DEFAULT_PS_OPS = ("Variable", "VariableV2", "VarHandleOp")
+
+
+class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
+    """Logs training throughput: `Average examples/sec: A (C), step = S`.
+
+    A is the average since the hook's first timed step, C the rate over the last
+    interval and S the number of steps timed so far (as in the tutorial, not the
+    global step). Per step the hook only fetches the global step and asks the timer
+    whether to log.
+    """
+
+    def __init__(self, batch_size, every_n_steps=100, every_n_secs=None):
+        """Args:
+          batch_size: examples per step over all towers.
+          every_n_steps: log every this many global steps, or None.
+          every_n_secs: log every this many seconds, or None.
+
+        Raises:
+          ValueError: not exactly one of every_n_steps and every_n_secs is given.
+        """
+        if (every_n_steps is None) == (every_n_secs is None):
+            raise ValueError("exactly one of every_n_steps and every_n_secs must be given, "
+                             "got every_n_steps=%r, every_n_secs=%r"
+                             % (every_n_steps, every_n_secs))
+        self._timer = tf.compat.v1.train.SecondOrStepTimer(
+            every_secs=every_n_secs, every_steps=every_n_steps)
+        self._batch_size = batch_size
+        self._total_train_secs = 0.0
+        self._total_steps = 0
+        self._global_step = None
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+        if self._global_step is None:
+            raise RuntimeError("ExamplesPerSecondHook needs a global step; create one with "
+                               "tf.compat.v1.train.get_or_create_global_step()")
+        # A new session (e.g. training resumed after evaluation) starts a new
+        # interval, so time spent outside training is not counted.
+        self._timer.reset()
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        global_step = run_values.results
+        if not self._timer.should_trigger_for_step(global_step):
+            return
+        elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(global_step)
+        if not elapsed_secs:  # the first trigger only starts the clock
+            return
+        self._total_train_secs += elapsed_secs
+        self._total_steps += elapsed_steps
+        average_examples_per_sec = self._batch_size * self._total_steps / self._total_train_secs
+        current_examples_per_sec = self._batch_size * elapsed_steps / elapsed_secs
+        tf.compat.v1.logging.info("%s: %g (%g), step = %g", "Average examples/sec",
+                                  average_examples_per_sec, current_examples_per_sec,
+                                  self._total_steps)
+
+
+class RoundRobinStrategy:
+    """Parameter-device chooser cycling through 0 .. num_tasks - 1."""
+
+    def __init__(self, num_tasks):
+        if num_tasks < 1:
+            raise ValueError("num_tasks must be at least 1, got %r" % (num_tasks,))
+        self._num_tasks = num_tasks
+        self._next_task = 0
+
+    def __call__(self, op):
+        task = self._next_task
+        self._next_task = (task + 1) % self._num_tasks
+        return task
+
+
+class GreedyLoadBalancingStrategy:
+    """Parameter-device chooser putting each variable on the least-loaded device.
+
+    Ties go to the lowest device index, so the first num_tasks variables are
+    spread like round robin; afterwards big variables are balanced by size.
+    """
+
+    def __init__(self, num_tasks, load_fn):
+        """Args:
+          num_tasks: number of parameter devices.
+          load_fn: op -> load it adds to its device (e.g. byte_size_load_fn).
+        """
+        if num_tasks < 1:
+            raise ValueError("num_tasks must be at least 1, got %r" % (num_tasks,))
+        self._load_fn = load_fn
+        self._loads = [0] * num_tasks
+
+    @property
+    def loads(self):
+        """Load placed so far on each device, a tuple indexed by device."""
+        return tuple(self._loads)
+
+    def __call__(self, op):
+        task = min(range(len(self._loads)), key=self._loads.__getitem__)
+        self._loads[task] += self._load_fn(op)
+        return task
+
+
+def byte_size_load_fn(op):
+    """Bytes of the variable that op creates: elements of its `shape` attr times dtype size.
+
+    Works for resource (VarHandleOp) and reference (VariableV2, Variable) variables;
+    both carry the variable's shape and dtype as attrs (a VarHandleOp's output is
+    a scalar handle, so its output shape says nothing). Dtypes without a fixed
+    size (string, variant) count as 0 bytes.
+
+    Raises:
+      ValueError: op has no shape/dtype attrs (not a variable op) or its shape is
+        not fully defined (e.g. validate_shape=False), so its size is unknown;
+        give the variable a static shape or use round-robin placement.
+    """
+    try:
+        shape = tf.TensorShape(op.get_attr("shape"))
+        dtype = tf.as_dtype(op.get_attr("dtype"))
+    except ValueError:
+        raise ValueError("cannot size %s op %r: it has no 'shape' and 'dtype' attrs "
+                         "(only variable ops can be load balanced)" % (op.type, op.name))
+    if not shape.is_fully_defined():
+        raise ValueError("cannot size variable %r: its shape %s is not fully defined; give it a "
+                         "static shape or place variables round robin" % (op.name, shape))
+    return shape.num_elements() * dtype.size
+
+
+def local_device_setter(num_devices=1, ps_device_type="cpu", worker_device="/cpu:0",
+                        ps_ops=None, ps_strategy=None):
+    """A device function (for tf.compat.v1.device) putting variables on local parameter devices.
+
+    Variable ops go to /{ps_device_type}:{ps_strategy(op)}; every other op goes to
+    worker_device. Fields of a device the op already has (from an enclosing
+    tf.device) take precedence over the chosen one.
+
+    Args:
+      num_devices: parameter devices for the default round-robin strategy.
+      ps_device_type: 'cpu' or 'gpu'.
+      worker_device: device of the computation, e.g. '/gpu:1'.
+      ps_ops: op types placed as variables; default DEFAULT_PS_OPS.
+      ps_strategy: callable op -> device index; default RoundRobinStrategy(num_devices).
+
+    Raises:
+      TypeError: ps_strategy is not callable.
+    """
+    ps_ops = frozenset(DEFAULT_PS_OPS if ps_ops is None else ps_ops)
+    if ps_strategy is None:
+        ps_strategy = RoundRobinStrategy(num_devices)
+    if not callable(ps_strategy):
+        raise TypeError("ps_strategy must be callable, got %r" % (ps_strategy,))
+    worker_device_spec = tf.DeviceSpec.from_string(worker_device or "")
+
+    def choose_device(op):
+        current_device_spec = tf.DeviceSpec.from_string(op.device or "")
+        if op.type in ps_ops:
+            chosen = tf.DeviceSpec.from_string("/%s:%d" % (ps_device_type, ps_strategy(op)))
+        else:
+            chosen = worker_device_spec
+        return chosen.make_merged_spec(current_device_spec).to_string()
+
+    return choose_device

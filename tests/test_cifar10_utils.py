@@ -1,0 +1,215 @@
+"""Training helpers: the examples/sec hook, local device setters, greedy load balancing."""
+
+import logging
+import re
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10_estimator import cifar10_utils
+
+LOG_LINE = re.compile(r"^Average examples/sec: (\S+) \((\S+)\), step = (\S+)$")
+
+
+@pytest.fixture
+def tensorflow_info_messages():
+    """The messages TensorFlow logs at INFO and above while the test runs."""
+    messages = []
+
+    class ListHandler(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    logger = tf.get_logger()
+    handler = ListHandler(logging.INFO)
+    previous_verbosity = tf.compat.v1.logging.get_verbosity()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
+    tf.compat.v1.logging.set_verbosity(previous_verbosity)
+
+
+def train_with_hook(hook, num_steps, seconds_per_step, first_global_step=0):
+    """Run num_steps steps, each sleeping seconds_per_step; return the wall time in seconds."""
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.get_variable(
+            "global_step", [], tf.int64, tf.constant_initializer(first_global_step),
+            trainable=False, collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES,
+                                          tf.compat.v1.GraphKeys.GLOBAL_STEP])
+        sleep = tf.numpy_function(lambda: np.float32(time.sleep(seconds_per_step) or 0), [],
+                                  tf.float32)
+        with tf.control_dependencies([sleep]):
+            train_op = global_step.assign_add(1)
+        with tf.compat.v1.train.SingularMonitoredSession(hooks=[hook]) as session:
+            start = time.time()
+            for _ in range(num_steps):
+                session.run(train_op)
+            return time.time() - start
+
+
+def logged_rates(messages):
+    """(average, current, steps) of every examples/sec line among messages."""
+    lines = [message for message in messages if message.startswith("Average examples/sec")]
+    for line in lines:
+        assert LOG_LINE.match(line), line
+    return [tuple(float(number) for number in LOG_LINE.match(line).groups()) for line in lines]
+
+
+def test_examples_per_second_hook_logs_plausible_rates(tensorflow_info_messages):
+    batch_size, seconds_per_step = 32, 0.01
+    wall_secs = train_with_hook(
+        cifar10_utils.ExamplesPerSecondHook(batch_size, every_n_steps=5),
+        num_steps=21, seconds_per_step=seconds_per_step, first_global_step=1000)
+    rates = logged_rates(tensorflow_info_messages)
+    fastest_possible = batch_size / seconds_per_step
+    slowest_possible = batch_size * 20 / wall_secs
+    for average, current, steps in rates:
+        assert 0 < average <= fastest_possible
+        assert 0 < current <= fastest_possible
+        assert average >= slowest_possible * 0.9
+    # The first trigger starts the clock; then every 5 steps the hook logs how
+    # many steps it has timed (not the global step), as the original did.
+    assert [steps for _, _, steps in rates] == [5, 10, 15, 20]
+
+
+def test_examples_per_second_hook_can_log_every_n_seconds(tensorflow_info_messages):
+    train_with_hook(cifar10_utils.ExamplesPerSecondHook(8, every_n_steps=None, every_n_secs=0.05),
+                    num_steps=30, seconds_per_step=0.01)
+    rates = logged_rates(tensorflow_info_messages)
+    assert 1 <= len(rates) <= 6
+    assert all(average > 0 and current > 0 for average, current, _ in rates)
+
+
+@pytest.mark.parametrize("every_n_steps, every_n_secs", [(None, None), (100, 10)])
+def test_examples_per_second_hook_needs_exactly_one_interval(every_n_steps, every_n_secs):
+    with pytest.raises(ValueError, match="exactly one"):
+        cifar10_utils.ExamplesPerSecondHook(32, every_n_steps=every_n_steps,
+                                            every_n_secs=every_n_secs)
+
+
+def test_examples_per_second_hook_needs_a_global_step():
+    hook = cifar10_utils.ExamplesPerSecondHook(32)
+    with tf.Graph().as_default(), pytest.raises(RuntimeError, match="global step"):
+        hook.begin()
+
+
+def cpu_session(graph, num_cpus):
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": num_cpus})
+    return tf.compat.v1.Session(graph=graph, config=config)
+
+
+def placement_of_last_run(session, fetches):
+    """(values, {node name: device name} as the session actually placed them)."""
+    run_metadata = tf.compat.v1.RunMetadata()
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    values = session.run(fetches, options=options, run_metadata=run_metadata)
+    devices = {node.node_name: device.device.lower()
+               for device in run_metadata.step_stats.dev_stats
+               for node in device.node_stats}
+    return values, devices
+
+
+def test_local_device_setter_puts_variables_round_robin_and_ops_on_the_worker():
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device(cifar10_utils.local_device_setter(
+                num_devices=3, worker_device="/cpu:2")):
+            variables = [tf.compat.v1.get_variable("v%d" % i, [2],
+                                                   initializer=tf.ones_initializer())
+                         for i in range(4)]
+            reference_variable = tf.compat.v1.Variable([1.0, 1.0], name="ref", use_resource=False)
+            total = tf.add_n([tf.identity(v) for v in variables + [reference_variable]],
+                             name="total")
+        assert [v.op.type for v in variables] == ["VarHandleOp"] * 4
+        assert reference_variable.op.type == "VariableV2"
+        assert [v.op.device for v in variables + [reference_variable]] == [
+            "/device:CPU:0", "/device:CPU:1", "/device:CPU:2", "/device:CPU:0", "/device:CPU:1"]
+        assert total.op.device == "/device:CPU:2"
+        with cpu_session(graph, 3) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            value, devices = placement_of_last_run(session, total)
+    np.testing.assert_array_equal(value, [5.0, 5.0])
+    assert devices["v0"].endswith("cpu:0") and devices["v3"].endswith("cpu:0")
+    assert devices["v1"].endswith("cpu:1") and devices["ref"].endswith("cpu:1")
+    assert devices["v2"].endswith("cpu:2") and devices["total"].endswith("cpu:2")
+
+
+def test_local_device_setter_keeps_fields_of_an_enclosing_device():
+    with tf.Graph().as_default():
+        with tf.compat.v1.device("/job:localhost/replica:0/task:0"), \
+                tf.compat.v1.device(cifar10_utils.local_device_setter(num_devices=2)):
+            first = tf.compat.v1.get_variable("first", [1])
+            second = tf.compat.v1.get_variable("second", [1])
+            total = tf.add(first, second)
+    assert first.op.device == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert second.op.device == "/job:localhost/replica:0/task:0/device:CPU:1"
+    assert total.op.device == "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def test_local_device_setter_rejects_a_strategy_that_is_not_callable():
+    with pytest.raises(TypeError, match="callable"):
+        cifar10_utils.local_device_setter(ps_strategy=3)
+
+
+def test_greedy_strategy_places_each_variable_on_the_least_loaded_device():
+    # Sizes in bytes: 400, 40, 40, 40, then 200 as float64. Round robin would
+    # alternate devices 0, 1, 0, 1, 0 and load them 680 / 80 bytes.
+    shapes_and_dtypes = [([10, 10], tf.float32), ([10], tf.float32), ([10], tf.float32),
+                         ([2, 5], tf.float32), ([25], tf.float64)]
+    strategy = cifar10_utils.GreedyLoadBalancingStrategy(2, cifar10_utils.byte_size_load_fn)
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.compat.v1.device(cifar10_utils.local_device_setter(ps_strategy=strategy)):
+            variables = [tf.compat.v1.get_variable("v%d" % i, shape, dtype)
+                         for i, (shape, dtype) in enumerate(shapes_and_dtypes)]
+            total = tf.add_n([tf.reduce_sum(tf.cast(v, tf.float32)) for v in variables])
+        assert [v.op.device for v in variables] == [
+            "/device:CPU:0", "/device:CPU:1", "/device:CPU:1", "/device:CPU:1", "/device:CPU:1"]
+        assert strategy.loads == (400, 320)
+        with cpu_session(graph, 2) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            _, devices = placement_of_last_run(session, total)
+    assert devices["v0"].endswith("cpu:0")
+    assert all(devices["v%d" % i].endswith("cpu:1") for i in range(1, 5))
+
+
+def test_greedy_strategy_breaks_ties_towards_the_lowest_device():
+    strategy = cifar10_utils.GreedyLoadBalancingStrategy(3, lambda op: 1)
+    assert [strategy(None) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert strategy.loads == (3, 2, 2)
+
+
+@pytest.mark.parametrize("strategy_class", [cifar10_utils.GreedyLoadBalancingStrategy,
+                                            cifar10_utils.RoundRobinStrategy])
+def test_strategies_need_at_least_one_device(strategy_class):
+    arguments = (0, cifar10_utils.byte_size_load_fn) if strategy_class is \
+        cifar10_utils.GreedyLoadBalancingStrategy else (0,)
+    with pytest.raises(ValueError, match="at least 1"):
+        strategy_class(*arguments)
+
+
+def test_byte_size_of_resource_and_reference_variables():
+    with tf.Graph().as_default():
+        resource_variable = tf.compat.v1.get_variable("resource", [3, 4], tf.float32)
+        reference_variable = tf.compat.v1.Variable(np.zeros(5), use_resource=False)
+        scalar = tf.compat.v1.get_variable("scalar", [], tf.int64)
+    assert cifar10_utils.byte_size_load_fn(resource_variable.op) == 3 * 4 * 4
+    assert cifar10_utils.byte_size_load_fn(reference_variable.op) == 5 * 8
+    assert cifar10_utils.byte_size_load_fn(scalar.op) == 8
+
+
+def test_byte_size_of_a_variable_without_a_static_shape_is_an_error():
+    with tf.Graph().as_default():
+        unknown = tf.compat.v1.Variable(tf.zeros([2]), shape=tf.TensorShape(None))
+        with pytest.raises(ValueError, match="not fully defined"):
+            cifar10_utils.byte_size_load_fn(unknown.op)
+
+
+def test_byte_size_of_an_op_that_is_not_a_variable_is_an_error():
+    with tf.Graph().as_default():
+        constant = tf.constant([1.0, 2.0])
+        with pytest.raises(ValueError, match="no 'shape' and 'dtype'"):
+            cifar10_utils.byte_size_load_fn(constant.op)
