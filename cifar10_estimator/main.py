@@ -113,9 +113,10 @@ def validate_flags(args):
     if args.num_gpus == 0 and args.variable_strategy == "GPU":
         raise UsageError("--variable-strategy GPU needs GPUs; with --num-gpus 0 use "
                          "--variable-strategy CPU")
-    if args.num_gpus == 0 and args.data_format == "channels_first":
-        raise UsageError("--data-format channels_first needs a GPU: TensorFlow's CPU "
-                         "kernels for convolution and pooling are channels_last only")
+    if (args.num_gpus == 0 and args.data_format == "channels_first"
+            and os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "1"):
+        raise UsageError("--data-format channels_first needs a GPU or TF_ENABLE_ONEDNN_OPTS=1: "
+                         "TensorFlow's default CPU convolution and pooling are channels_last only")
     num_towers = args.num_gpus or args.num_cpu_towers
     for flag in ("train-batch-size", "eval-batch-size"):
         batch_size = getattr(args, flag.replace("-", "_"))

@@ -266,6 +266,8 @@ def run_in_fresh_process(data_format, is_training, weights, tmp_path):
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(
         [REPOSITORY_ROOT, environment.get("PYTHONPATH", "")])
+    # oneDNN kernels run NCHW convolution and pooling on the CPU; the stock ones do not.
+    environment["TF_ENABLE_ONEDNN_OPTS"] = "1"
     process = subprocess.Popen(
         [sys.executable, __file__, data_format, str(is_training), str(weights_path),
          str(output_path)],
@@ -284,7 +286,6 @@ def _main(data_format, is_training, weights_path, output_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("is_training", [True, False])
 def test_channels_first_and_channels_last_agree_for_the_same_weights(is_training, tmp_path):
-    skip_unless_runnable("channels_first")
     weights = random_channels_last_weights()
     runs = {data_format: run_in_fresh_process(data_format, is_training, weights, tmp_path)
             for data_format in model_base.DATA_FORMATS}
