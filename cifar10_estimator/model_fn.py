@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
+from cifar10_estimator import tfrecord_format
 
 # Learning-rate schedule of the ResNet paper for CIFAR-10, in epochs, as the tutorial had it.
 LEARNING_RATE_BOUNDARY_EPOCHS = (82, 123, 300)
@@ -221,18 +222,44 @@ def _make_optimizer(learning_rate, hparams, is_chief):
     return optimizer, [optimizer.make_session_run_hook(is_chief)]
 
 
+def _serving_predictions(logits):
+    """What PREDICT and the SavedModel signatures return, over CIFAR-10's 10 classes only.
+
+    The network keeps the original's 11th logit (cifar10_model.ORIGINAL_NUM_CLASSES),
+    which is never a label, so it is left out: probabilities are the softmax of the
+    first 10 logits and classes their argmax.
+
+    Returns:
+      dict with classes (int64 [N]), class_names (string [N], from
+      tfrecord_format.CLASS_NAMES) and probabilities (float32 [N, 10]).
+    """
+    class_logits = logits[:, :tfrecord_format.NUM_CLASSES]
+    classes = tf.argmax(class_logits, axis=1)
+    return {
+        "classes": classes,
+        "class_names": tf.gather(tf.constant(tfrecord_format.CLASS_NAMES), classes),
+        "probabilities": tf.nn.softmax(class_logits),
+    }
+
+
 def _predict_spec(features, layout, hparams):
-    """PREDICT: one tower on the first device, whatever the number of training towers."""
+    """PREDICT: one tower on the first device, whatever the number of training towers.
+
+    Args:
+      features: images [N, 32, 32, 3] in NHWC with pixel values 0..255 (uint8 or
+        float), as a tensor or as a dict with key 'images' (the serving receiver).
+    """
     images = features["images"] if isinstance(features, dict) else features
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope("resnet"):
         with tf.compat.v1.device(layout.device_setter(0)):
             logits = _resnet_logits(images, False, hparams)
-    predictions = _predictions(logits)
+    predictions = _serving_predictions(logits)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
         predictions=predictions,
-        export_outputs={"serving_default": tf.estimator.export.PredictOutput(predictions)})
+        export_outputs={tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
+                        tf.estimator.export.PredictOutput(predictions)})
 
 
 def make_model_fn(layout, hparams):

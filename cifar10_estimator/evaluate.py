@@ -1,0 +1,248 @@
+"""Evaluate a checkpoint on every example of a subset: accuracy, per class, confusion matrix.
+
+    python -m cifar10_estimator.evaluate --job-dir JOB --data-dir DATA [--subset validation]
+
+The network is rebuilt from job-dir/hparams.json (written by training) and restored
+from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
+the exported model (argmax over the 10 real classes, see model_fn._serving_predictions).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import numpy as np
+
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
+PROG = "cifar10_estimator.evaluate"
+CLASS_NAMES = tfrecord_format.CLASS_NAMES
+NUM_CLASSES = tfrecord_format.NUM_CLASSES
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog=PROG,
+        description="Evaluate a trained checkpoint on every example of a subset once: overall "
+                    "and per-class accuracy and the confusion matrix.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--job-dir", required=True,
+                        help="Directory training wrote (checkpoints and hparams.json).")
+    parser.add_argument("--data-dir", required=True,
+                        help="Directory with the TFRecords written by generate_tfrecords.")
+    parser.add_argument("--subset", choices=["eval", "validation"], default="eval",
+                        help="Which examples to evaluate.")
+    parser.add_argument("--checkpoint", metavar="PATH",
+                        help="Checkpoint prefix such as JOB/model.ckpt-80000, or a directory "
+                             "(its latest checkpoint); default the latest in --job-dir.")
+    parser.add_argument("--json", metavar="PATH", help="Also write the results as JSON here.")
+    parser.add_argument("--batch-size", type=int, default=100,
+                        help="Examples per batch; need not divide the subset.")
+    return parser
+
+
+def resolve_checkpoint(job_dir, checkpoint=None):
+    """The checkpoint prefix to evaluate: `checkpoint`, or the latest in job_dir.
+
+    Args:
+      job_dir: the training job dir.
+      checkpoint: None, a checkpoint prefix (PATH.index exists) or a directory of
+        checkpoints (its latest is taken).
+
+    Raises:
+      Cifar10EstimatorError: there is no such checkpoint.
+    """
+    import tensorflow as tf
+    if checkpoint is None:
+        latest = tf.train.latest_checkpoint(job_dir)
+        if latest is None:
+            raise Cifar10EstimatorError(
+                "no checkpoint in %s; train first, or pass --checkpoint PATH" % job_dir)
+        return latest
+    if tf.io.gfile.isdir(checkpoint):
+        latest = tf.train.latest_checkpoint(checkpoint)
+        if latest is None:
+            raise Cifar10EstimatorError("no checkpoint in directory %s" % checkpoint)
+        return latest
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise Cifar10EstimatorError(
+            "checkpoint %s not found (no %s.index); pass a prefix such as "
+            "JOB/model.ckpt-1000 or a directory of checkpoints" % (checkpoint, checkpoint))
+    return checkpoint
+
+
+def _inference_setup(hparams):
+    """(TowerLayout, HParams) for inference here: a GPU if there is one, else the CPU.
+
+    The data format only changes the layout of activations, not the variables, so a
+    model trained channels_first on GPUs is evaluated channels_last on a CPU.
+    """
+    import tensorflow as tf
+    from cifar10_estimator import model_fn
+    if tf.config.list_physical_devices("GPU"):
+        return model_fn.TowerLayout.for_devices(num_gpus=1), hparams
+    return (model_fn.TowerLayout.for_devices(num_gpus=0),
+            dataclasses.replace(hparams, data_format="channels_last"))
+
+
+def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
+    """Predicted and true classes of every example of `subset`, once each, in file order.
+
+    Args:
+      checkpoint: checkpoint prefix to restore.
+      hparams: model_fn.HParams the checkpoint was trained with.
+      data_dir, subset: the TFRecords to read.
+      batch_size: examples per session run; need not divide the subset.
+
+    Returns:
+      (predicted, labels): two int64 numpy arrays [num_examples].
+
+    Raises:
+      Cifar10EstimatorError: missing data, or a checkpoint that does not fit the model.
+    """
+    import tensorflow as tf
+    from cifar10_estimator import cifar10, model_fn
+
+    dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
+    num_examples = dataset.num_examples
+    batch_size = min(batch_size, num_examples)
+    num_batches = -(-num_examples // batch_size)
+    layout, hparams = _inference_setup(hparams)
+    with tf.Graph().as_default():
+        # The data set's batches are always full and run on into the next epoch in
+        # the same file order, so the last batch wraps around: keep the first
+        # num_examples predictions and every example counts exactly once.
+        images, labels = dataset.make_batch(batch_size)
+        spec = model_fn.make_model_fn(layout, hparams)(
+            {"images": images}, None, tf.estimator.ModeKeys.PREDICT, None)
+        saver = tf.compat.v1.train.Saver()
+        config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+        with tf.compat.v1.Session(config=config) as session:
+            try:
+                saver.restore(session, checkpoint)
+            except (tf.errors.OpError, ValueError) as error:
+                raise Cifar10EstimatorError(
+                    "cannot restore %s into a ResNet-%d (%s); is it a checkpoint of this "
+                    "job dir?" % (checkpoint, hparams.num_layers, _first_line(error)))
+            batches = [session.run([spec.predictions["classes"], labels])
+                       for _ in range(num_batches)]
+    predicted = np.concatenate([classes for classes, _ in batches])[:num_examples]
+    true = np.concatenate([batch_labels for _, batch_labels in batches])[:num_examples]
+    return predicted.astype(np.int64), true.astype(np.int64)
+
+
+def _first_line(error):
+    message = getattr(error, "message", None) or str(error)
+    return message.strip().splitlines()[0]
+
+
+def confusion_matrix(labels, predicted):
+    """int64 [10, 10]: entry [t, p] counts examples of true class t predicted as p."""
+    pairs = np.asarray(labels, np.int64) * NUM_CLASSES + np.asarray(predicted, np.int64)
+    return np.bincount(pairs, minlength=NUM_CLASSES * NUM_CLASSES).reshape(
+        NUM_CLASSES, NUM_CLASSES)
+
+
+def summarize(matrix):
+    """Accuracies of a confusion matrix, as a JSON-ready dict.
+
+    Returns:
+      dict with num_examples, num_correct, accuracy, per_class (class name ->
+      {num_examples, num_correct, accuracy}, accuracy None for a class without
+      examples), class_names and confusion_matrix (rows true, columns predicted).
+    """
+    correct = np.diag(matrix)
+    totals = matrix.sum(axis=1)
+    per_class = {
+        name: {"num_examples": int(total), "num_correct": int(hits),
+               "accuracy": float(hits) / total if total else None}
+        for name, hits, total in zip(CLASS_NAMES, correct, totals)}
+    num_examples = int(matrix.sum())
+    return {
+        "num_examples": num_examples,
+        "num_correct": int(correct.sum()),
+        "accuracy": float(correct.sum()) / num_examples if num_examples else None,
+        "per_class": per_class,
+        "class_names": list(CLASS_NAMES),
+        "confusion_matrix": matrix.tolist(),
+    }
+
+
+def _fraction(accuracy, hits, total):
+    if accuracy is None:
+        return "   n/a (0/0)"
+    return "%.4f (%d/%d)" % (accuracy, hits, total)
+
+
+def format_report(results):
+    """The results of `summarize` (plus checkpoint and subset) as text for a terminal."""
+    width = max(len(name) for name in CLASS_NAMES) + 1
+    lines = [
+        "checkpoint: %s (global step %s)" % (results["checkpoint"], results["global_step"]),
+        "subset: %s, %d examples" % (results["subset"], results["num_examples"]),
+        "accuracy: %s" % _fraction(results["accuracy"], results["num_correct"],
+                                   results["num_examples"]),
+        "",
+        "per-class accuracy:",
+    ]
+    for name in CLASS_NAMES:
+        entry = results["per_class"][name]
+        lines.append("  %-*s %s" % (width, name, _fraction(
+            entry["accuracy"], entry["num_correct"], entry["num_examples"])))
+    lines += ["", "confusion matrix (rows: true class, columns: predicted class):",
+              " " * width + "".join("%*s" % (width, name) for name in CLASS_NAMES)]
+    for name, row in zip(CLASS_NAMES, results["confusion_matrix"]):
+        lines.append("%-*s" % (width, name) + "".join("%*d" % (width, count) for count in row))
+    return "\n".join(lines)
+
+
+def _global_step(checkpoint):
+    import tensorflow as tf
+    reader = tf.train.load_checkpoint(checkpoint)
+    if not reader.has_tensor("global_step"):
+        return None
+    return int(reader.get_tensor("global_step"))
+
+
+def write_json(path, results):
+    try:
+        with open(path, "w") as stream:
+            json.dump(results, stream, indent=2, sort_keys=True)
+            stream.write("\n")
+    except OSError as error:
+        raise Cifar10EstimatorError("cannot write %s (%s)" % (path, error.strerror or error))
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    if args.batch_size <= 0:
+        raise UsageError("--batch-size must be positive, got %d" % args.batch_size)
+    # TensorFlow's C++ INFO and WARNING lines and the v1 API's deprecation notices
+    # would drown the report. Set before TensorFlow loads.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    from cifar10_estimator import export
+
+    hparams = export.load_hparams(args.job_dir)
+    checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
+    predicted, labels = predict_subset(
+        checkpoint, hparams, args.data_dir, args.subset, args.batch_size)
+    results = summarize(confusion_matrix(labels, predicted))
+    results.update(checkpoint=checkpoint, global_step=_global_step(checkpoint),
+                   subset=args.subset, data_dir=args.data_dir)
+    print(format_report(results))
+    if args.json:
+        write_json(args.json, results)
+
+
+def console_main():
+    sys.exit(run_command(main, prog=PROG))
+
+
+if __name__ == "__main__":
+    console_main()

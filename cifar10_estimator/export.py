@@ -1,0 +1,207 @@
+"""Using a trained model: SavedModel export, finding an export, the job's hparams record.
+
+Training exports SavedModels through the EvalSpec's exporters, after evaluations:
+
+    job-dir/export/latest/<timestamp>/   the newest LATEST_EXPORTS_TO_KEEP exports
+    job-dir/export/best/<timestamp>/     the model of the most accurate evaluation so far
+                                         (the earliest of equals), across restarts
+
+Each export has two signatures over one copy of the network:
+  serving_default              images: uint8 [N, 32, 32, 3], raw RGB pixels in NHWC;
+  image_bytes:serving_default  image_bytes: string [N], encoded PNG/JPEG/GIF/BMP files of
+                               any size, decoded to RGB and resized as `resize_to_cifar`.
+Both return classes (int64 [N]), class_names (string [N]) and probabilities
+(float32 [N, 10]); see model_fn._serving_predictions.
+
+Training also writes job-dir/hparams.json, the hyper-parameters needed to rebuild the
+graph for a checkpoint (the evaluate command reads it).
+"""
+
+import dataclasses
+import json
+import os
+import uuid
+
+import tensorflow as tf
+
+from cifar10_estimator import model_fn
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.errors import Cifar10EstimatorError
+
+EXPORT_SUBDIR = "export"
+LATEST_EXPORTER_NAME = "latest"
+BEST_EXPORTER_NAME = "best"
+LATEST_EXPORTS_TO_KEEP = 3
+BEST_EXPORTS_TO_KEEP = 1
+
+IMAGES_KEY = "images"
+IMAGE_BYTES_KEY = "image_bytes"
+SERVING_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+# The Estimator names the signature of a receiver alternative "<alternative>:<output key>".
+IMAGE_BYTES_SIGNATURE = "%s:%s" % (IMAGE_BYTES_KEY, SERVING_SIGNATURE)
+
+HPARAMS_FILENAME = "hparams.json"
+HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
+
+_IMAGE_SHAPE = [tfrecord_format.HEIGHT, tfrecord_format.WIDTH, tfrecord_format.DEPTH]
+
+
+def resize_to_cifar(image):
+    """Resize one RGB image [height, width, 3] of any size to uint8 [32, 32, 3].
+
+    Bilinear with antialiasing (a proper low-pass filter when shrinking, smooth when
+    enlarging), ignoring the aspect ratio, then rounded to whole pixel values like
+    the CIFAR images the model was trained on.
+    """
+    resized = tf.image.resize(
+        image, [tfrecord_format.HEIGHT, tfrecord_format.WIDTH], method="bilinear",
+        antialias=True)
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+
+
+def decode_and_resize(encoded_image):
+    """Decode one PNG, JPEG, GIF (first frame) or BMP string to uint8 RGB [32, 32, 3]."""
+    image = tf.io.decode_image(encoded_image, channels=tfrecord_format.DEPTH,
+                               expand_animations=False)
+    return resize_to_cifar(image)
+
+
+def serving_input_receiver_fn():
+    """The ServingInputReceiver of both signatures: raw images, or encoded image files."""
+    image_bytes = tf.compat.v1.placeholder(tf.string, [None], name=IMAGE_BYTES_KEY)
+    decoded = tf.map_fn(decode_and_resize, image_bytes,
+                        fn_output_signature=tf.TensorSpec(_IMAGE_SHAPE, tf.uint8))
+    # Feeding `images` cuts the graph above it, so serving_default never touches the
+    # decoder, and image_bytes reaches the same network through the default value.
+    images = tf.compat.v1.placeholder_with_default(
+        decoded, [None] + _IMAGE_SHAPE, name=IMAGES_KEY)
+    return tf.estimator.export.ServingInputReceiver(
+        features={IMAGES_KEY: images},
+        receiver_tensors={IMAGES_KEY: images},
+        receiver_tensors_alternatives={IMAGE_BYTES_KEY: {IMAGE_BYTES_KEY: image_bytes}})
+
+
+class BestAccuracyExporter(tf.estimator.Exporter):
+    """Exports when the eval accuracy is higher than that of every earlier evaluation.
+
+    tf.estimator.BestExporter with an accuracy compare_fn does the same within one
+    process, but always exports on its first evaluation after a restart: with one
+    export kept, a resumed job would replace a better best export by a worse one.
+    This exporter compares with the evaluations recorded in the eval dir instead.
+    """
+
+    def __init__(self, name, serving_input_receiver_fn, exports_to_keep):
+        # LatestExporter does the writing and the garbage collection; this class decides when.
+        self._exporter = tf.estimator.LatestExporter(
+            name, serving_input_receiver_fn, exports_to_keep=exports_to_keep)
+
+    @property
+    def name(self):
+        return self._exporter.name
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result,
+               is_the_final_export):
+        if _timestamped_exports(export_path):
+            best = best_accuracy_before(estimator.eval_dir(), eval_result["global_step"])
+            if best is not None and eval_result["accuracy"] <= best:
+                return None
+        return self._exporter.export(
+            estimator, export_path, checkpoint_path, eval_result, is_the_final_export)
+
+
+def best_accuracy_before(eval_dir, global_step):
+    """The highest accuracy of the evaluations in eval_dir before global_step, or None."""
+    accuracies = []
+    for path in tf.io.gfile.glob(os.path.join(eval_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            if event.step < global_step:
+                accuracies += [value.simple_value for value in event.summary.value
+                               if value.tag == "accuracy"]
+    return max(accuracies, default=None)
+
+
+def make_exporters():
+    """The EvalSpec exporters: export/latest after every evaluation, export/best on improvement."""
+    return [
+        tf.estimator.LatestExporter(
+            LATEST_EXPORTER_NAME, serving_input_receiver_fn,
+            exports_to_keep=LATEST_EXPORTS_TO_KEEP),
+        BestAccuracyExporter(
+            BEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=BEST_EXPORTS_TO_KEEP),
+    ]
+
+
+def _timestamped_exports(directory):
+    """Sub-directories of `directory` named by an export timestamp, oldest first."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
+    return [os.path.join(directory, name) for name in sorted(
+        (name for name in names if name.isdigit()), key=int)
+        if tf.io.gfile.exists(os.path.join(directory, name, "saved_model.pb"))]
+
+
+def resolve_export_dir(path):
+    """The SavedModel directory that `path` designates.
+
+    Args:
+      path: a SavedModel directory (job-dir/export/best/<timestamp>); a directory of
+        timestamped exports (job-dir/export/latest), giving the newest; or a job dir,
+        giving the newest export under export/best, else under export/latest.
+
+    Raises:
+      Cifar10EstimatorError: path holds none of these.
+    """
+    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    candidates = [path] + [os.path.join(path, EXPORT_SUBDIR, name)
+                           for name in (BEST_EXPORTER_NAME, LATEST_EXPORTER_NAME)]
+    for directory in candidates:
+        exports = _timestamped_exports(directory)
+        if exports:
+            return exports[-1]
+    if not tf.io.gfile.isdir(path):
+        raise Cifar10EstimatorError("export directory %s does not exist" % path)
+    raise Cifar10EstimatorError(
+        "no SavedModel in %s: pass an export (job-dir/export/best/<timestamp>), a directory "
+        "of timestamped exports, or a job dir with export/best or export/latest (written "
+        "when training evaluates)" % path)
+
+
+def save_hparams(job_dir, hparams):
+    """Write `hparams` (model_fn.HParams) to job-dir/hparams.json, replacing any older file."""
+    tf.io.gfile.makedirs(job_dir)
+    path = os.path.join(job_dir, HPARAMS_FILENAME)
+    # Every worker of a cluster writes the same file: give each its own temporary.
+    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        json.dump({"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)},
+                  stream, indent=2, sort_keys=True)
+        stream.write("\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def load_hparams(job_dir):
+    """The model_fn.HParams that training saved in job-dir/hparams.json.
+
+    Raises:
+      Cifar10EstimatorError: the file is missing or not ours.
+    """
+    if not tf.io.gfile.isdir(job_dir):
+        raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
+    path = os.path.join(job_dir, HPARAMS_FILENAME)
+    if not tf.io.gfile.exists(path):
+        raise Cifar10EstimatorError(
+            "%s is missing: it is written when training starts; pass the --job-dir that "
+            "python -m cifar10_estimator.main trained in" % path)
+    known = {field.name for field in dataclasses.fields(model_fn.HParams)}
+    try:
+        with tf.io.gfile.GFile(path) as stream:
+            content = json.load(stream)
+        if content["format"] != HPARAMS_FORMAT:
+            raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
+        values = content["hparams"]
+        return model_fn.HParams(**{name: values[name] for name in known if name in values})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            tf.errors.OpError) as error:
+        raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))

@@ -1,0 +1,136 @@
+"""Classify image files with an exported model.
+
+    python -m cifar10_estimator.predict --export-dir JOB IMAGE [IMAGE ...]
+
+Prints one line per image and class: path, class name and probability, separated by
+tabs; with --top-k K each image gets K lines, most probable class first. Images may be
+PNG, JPEG, GIF or BMP files of any size: the export's image_bytes signature decodes
+them to RGB and resizes them to 32x32 (export.resize_to_cifar). An image that cannot
+be read or decoded gets one line on stderr, the others are still answered, and the
+exit status is then 1.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
+PROG = "cifar10_estimator.predict"
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog=PROG,
+        description="Classify PNG/JPEG images with a SavedModel exported by training. "
+                    "Prints PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--export-dir", required=True,
+                        help="An export (JOB/export/best/<timestamp>), a directory of "
+                             "timestamped exports (its newest), or a job dir (the newest "
+                             "export under export/best, else export/latest).")
+    parser.add_argument("--top-k", type=int, default=1, metavar="K",
+                        help="Print the K most probable classes of each image, one line "
+                             "each, most probable first.")
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="Image files to classify.")
+    return parser
+
+
+def load_image_bytes_signature(export_dir):
+    """The image_bytes signature of the SavedModel that export_dir designates.
+
+    Returns:
+      (export path, concrete function image_bytes: string [N] -> dict of outputs).
+
+    Raises:
+      Cifar10EstimatorError: no loadable export there, or one without the signature.
+    """
+    import tensorflow as tf
+    from cifar10_estimator import export
+    path = export.resolve_export_dir(export_dir)
+    try:
+        model = tf.saved_model.load(path)
+    except (OSError, ValueError, tf.errors.OpError) as error:
+        raise Cifar10EstimatorError("cannot load the SavedModel in %s (%s)"
+                                    % (path, _first_line(error)))
+    if export.IMAGE_BYTES_SIGNATURE not in model.signatures:
+        raise Cifar10EstimatorError(
+            "the SavedModel in %s has no %r signature; export it with "
+            "cifar10_estimator.main" % (path, export.IMAGE_BYTES_SIGNATURE))
+    return path, model.signatures[export.IMAGE_BYTES_SIGNATURE]
+
+
+def _first_line(error):
+    message = getattr(error, "message", None) or str(error)
+    return message.strip().splitlines()[0] if message.strip() else type(error).__name__
+
+
+def top_classes(probabilities, k):
+    """[(class name, probability)] of the k most probable classes, most probable first.
+
+    Ties keep class order, so the first entry is the signature's argmax class.
+    """
+    order = np.argsort(-probabilities, kind="stable")[:k]
+    return [(tfrecord_format.CLASS_NAMES[index], float(probabilities[index]))
+            for index in order]
+
+
+def classify_file(signature, path):
+    """Probabilities [10] of the image file at `path`.
+
+    Raises:
+      Cifar10EstimatorError: the file cannot be read or is not an image TensorFlow decodes.
+    """
+    import tensorflow as tf
+    if not tf.io.gfile.exists(path):
+        raise Cifar10EstimatorError("%s: no such file" % path)
+    try:
+        with tf.io.gfile.GFile(path, "rb") as stream:
+            encoded = stream.read()
+    except (OSError, tf.errors.OpError) as error:
+        raise Cifar10EstimatorError("%s: cannot read it (%s)" % (path, _first_line(error)))
+    try:
+        outputs = signature(image_bytes=tf.constant([encoded]))
+    except tf.errors.InvalidArgumentError:
+        # TensorFlow's message is a multi-line graph trace; the cause is always the decoder.
+        raise Cifar10EstimatorError(
+            "%s: cannot decode it: not a PNG, JPEG, GIF or BMP image, or damaged" % path)
+    return outputs["probabilities"].numpy()[0]
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    if not 1 <= args.top_k <= tfrecord_format.NUM_CLASSES:
+        raise UsageError("--top-k must be between 1 and %d, got %d"
+                         % (tfrecord_format.NUM_CLASSES, args.top_k))
+    # TensorFlow's C++ INFO and WARNING lines (one per undecodable image) and the v1
+    # API's deprecation notices would drown the output. Set before TensorFlow loads.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+
+    _, signature = load_image_bytes_signature(args.export_dir)
+    num_failed = 0
+    for path in args.images:
+        try:
+            probabilities = classify_file(signature, path)
+        except Cifar10EstimatorError as error:
+            print("%s: error: %s" % (PROG, error), file=sys.stderr)
+            num_failed += 1
+            continue
+        for name, probability in top_classes(probabilities, args.top_k):
+            print("%s\t%s\t%.6f" % (path, name, probability))
+        sys.stdout.flush()
+    return 1 if num_failed else 0
+
+
+def console_main():
+    sys.exit(run_command(main, prog=PROG))
+
+
+if __name__ == "__main__":
+    console_main()

@@ -1,0 +1,207 @@
+"""SavedModels exported by training: where they go, their two signatures, PREDICT mode."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10_estimator import export, model_fn, tfrecord_format
+from cifar10_estimator.errors import Cifar10EstimatorError
+from cli_helpers import cli_env
+from test_training import eval_metrics
+
+pytest_plugins = ["trained_job"]
+slow = pytest.mark.slow
+
+SIGNATURE_OUTPUTS = {"classes", "class_names", "probabilities"}
+
+
+def random_images(count, height=32, width=32, channels=3, seed=0):
+    return np.random.RandomState(seed).randint(
+        0, 256, size=(count, height, width, channels)).astype(np.uint8)
+
+
+def assert_consistent_predictions(outputs, count):
+    assert set(outputs) == SIGNATURE_OUTPUTS
+    probabilities, classes = outputs["probabilities"], outputs["classes"]
+    assert probabilities.dtype == np.float32 and probabilities.shape == (count, 10)
+    assert classes.dtype == np.int64 and classes.shape == (count,)
+    assert outputs["class_names"].dtype == object and outputs["class_names"].shape == (count,)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert (probabilities >= 0).all()
+    np.testing.assert_array_equal(classes, probabilities.argmax(axis=1))
+    assert [name.decode() for name in outputs["class_names"]] == [
+        tfrecord_format.CLASS_NAMES[index] for index in classes]
+
+
+@slow
+def test_training_exports_the_latest_and_the_best_model(trained_job):
+    latest = trained_job.exports("latest")
+    assert 1 <= len(latest) <= export.LATEST_EXPORTS_TO_KEEP
+    assert len(trained_job.exports("best")) == 1
+
+
+@slow
+def test_best_export_holds_the_checkpoint_with_the_highest_eval_accuracy(trained_job):
+    accuracies = {step: metrics["accuracy"]
+                  for step, metrics in eval_metrics(trained_job.job_dir).items()}
+    # A later evaluation replaces the best export only if strictly more accurate.
+    best_step = min(step for step, accuracy in accuracies.items()
+                    if accuracy == max(accuracies.values()))
+    (best_export,) = trained_job.exports("best")
+    exported = tf.train.load_checkpoint(os.path.join(best_export, "variables", "variables"))
+    trained = tf.train.load_checkpoint(
+        os.path.join(trained_job.job_dir, "model.ckpt-%d" % best_step))
+    names = [name for name in trained.get_variable_to_shape_map() if name.startswith("resnet/")
+             and "Momentum" not in name]
+    assert names
+    for name in names:
+        np.testing.assert_array_equal(exported.get_tensor(name), trained.get_tensor(name), name)
+
+
+class EstimatorStub:
+    """Just what BestAccuracyExporter asks of an Estimator; records export calls."""
+
+    def __init__(self, eval_dir):
+        self._eval_dir = eval_dir
+        self.exported_checkpoints = []
+
+    def eval_dir(self):
+        return self._eval_dir
+
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
+        self.exported_checkpoints.append(kwargs["checkpoint_path"])
+        return os.path.join(export_dir_base, "1800000000").encode()
+
+
+def write_eval_accuracies(eval_dir, accuracy_by_step):
+    with tf.Graph().as_default():
+        writer = tf.compat.v1.summary.FileWriter(eval_dir)
+        for step, accuracy in accuracy_by_step.items():
+            writer.add_summary(tf.compat.v1.Summary(value=[
+                tf.compat.v1.Summary.Value(tag="accuracy", simple_value=accuracy)]), step)
+        writer.close()
+
+
+def test_after_a_restart_the_best_export_is_replaced_only_by_a_better_model(tmp_path):
+    eval_dir = str(tmp_path / "eval")
+    # Steps 5 and 10 were evaluated before the restart, step 15 is the current evaluation.
+    write_eval_accuracies(eval_dir, {5: 0.5, 10: 0.25, 15: 0.375})
+    export_path = tmp_path / "export" / "best"
+    (export_path / "1700000000").mkdir(parents=True)
+    (export_path / "1700000000" / "saved_model.pb").write_bytes(b"")
+    exporter = export.BestAccuracyExporter("best", export.serving_input_receiver_fn, 1)
+    assert export.best_accuracy_before(eval_dir, 15) == 0.5
+
+    estimator = EstimatorStub(eval_dir)
+    worse = {"accuracy": 0.375, "global_step": 15, "loss": 1.0}
+    assert exporter.export(estimator, str(export_path), "ckpt-15", worse, False) is None
+    better = {"accuracy": 0.625, "global_step": 15, "loss": 1.0}
+    exporter.export(estimator, str(export_path), "ckpt-15", better, False)
+    assert estimator.exported_checkpoints == ["ckpt-15"]
+
+
+@slow
+def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
+    hparams = export.load_hparams(trained_job.job_dir)
+    assert hparams == model_fn.HParams(
+        num_layers=8, train_batch_size=8, num_train_examples=64, data_format="channels_last")
+
+
+def test_load_hparams_names_the_missing_file(tmp_path):
+    with pytest.raises(Cifar10EstimatorError, match="hparams.json is missing"):
+        export.load_hparams(str(tmp_path))
+
+
+@slow
+def test_serving_default_classifies_uint8_images(trained_job):
+    export_dir = trained_job.exports("latest")[-1]
+    signatures = tf.saved_model.load(export_dir).signatures
+    assert set(signatures) == {"serving_default", "image_bytes:serving_default"}
+    inputs = signatures["serving_default"].structured_input_signature[1]
+    assert inputs == {"images": tf.TensorSpec([None, 32, 32, 3], tf.uint8, name="images")}
+    assert_consistent_predictions(trained_job.serve_images(export_dir, random_images(5)), 5)
+
+
+@slow
+def test_image_bytes_decodes_png_and_jpeg_of_any_size_then_resizes(trained_job):
+    export_dir = trained_job.exports("latest")[-1]
+    signature = tf.saved_model.load(export_dir).signatures["image_bytes:serving_default"]
+    assert signature.structured_input_signature[1] == {
+        "image_bytes": tf.TensorSpec([None], tf.string, name="image_bytes")}
+    encoded = [tf.io.encode_png(random_images(1, 45, 61, seed=1)[0]),
+               tf.io.encode_jpeg(random_images(1, 20, 24, seed=2)[0]),
+               tf.io.encode_png(random_images(1, 64, 40, channels=1, seed=3)[0]),
+               tf.io.encode_png(random_images(1, seed=4)[0])]
+    outputs = signature(image_bytes=tf.stack(encoded))
+    outputs = {key: value.numpy() for key, value in outputs.items()}
+    assert_consistent_predictions(outputs, len(encoded))
+
+    resized = np.stack([export.resize_to_cifar(tf.io.decode_image(
+        data, channels=3, expand_animations=False)).numpy() for data in encoded])
+    expected = trained_job.serve_images(export_dir, resized)
+    np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], atol=1e-6)
+    np.testing.assert_array_equal(resized[3], random_images(1, seed=4)[0])
+
+
+def test_resize_to_cifar_keeps_a_flat_colour_and_a_32x32_image():
+    flat = np.full([50, 70, 3], [200, 10, 99], np.uint8)
+    np.testing.assert_array_equal(export.resize_to_cifar(flat).numpy(),
+                                  np.full([32, 32, 3], [200, 10, 99], np.uint8))
+    image = random_images(1, seed=5)[0]
+    np.testing.assert_array_equal(export.resize_to_cifar(image).numpy(), image)
+
+
+@slow
+def test_saved_model_cli_runs_serving_default_on_a_npy_file(trained_job, tmp_path):
+    export_dir = trained_job.exports("best")[-1]
+    images = random_images(4, seed=6)
+    np.save(str(tmp_path / "images.npy"), images)
+    saved_model_cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    result = subprocess.run(
+        [saved_model_cli, "run", "--dir", export_dir, "--tag_set", "serve",
+         "--signature_def", "serving_default", "--inputs", "images=%s" % (tmp_path / "images.npy"),
+         "--outdir", str(tmp_path / "out")],
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = trained_job.serve_images(export_dir, images)
+    np.testing.assert_allclose(np.load(str(tmp_path / "out" / "probabilities.npy")),
+                               expected["probabilities"], atol=1e-6)
+    np.testing.assert_array_equal(np.load(str(tmp_path / "out" / "classes.npy")),
+                                  expected["classes"])
+
+
+@slow
+def test_estimator_predict_agrees_with_the_export(trained_job):
+    images = random_images(6, seed=7)
+    estimator = tf.estimator.Estimator(
+        model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0),
+                               export.load_hparams(trained_job.job_dir)),
+        model_dir=trained_job.job_dir)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(images).batch(4)
+
+    predictions = list(estimator.predict(input_fn))
+    assert len(predictions) == 6
+    expected = trained_job.serve_images(trained_job.exports("latest")[-1], images)
+    np.testing.assert_allclose([p["probabilities"] for p in predictions],
+                               expected["probabilities"], atol=1e-5)
+    assert [p["class_names"] for p in predictions] == list(expected["class_names"])
+
+
+@slow
+def test_export_dir_may_be_an_export_its_parent_or_the_job_dir(trained_job, tmp_path):
+    newest_best = trained_job.exports("best")[-1]
+    newest_latest = trained_job.exports("latest")[-1]
+    assert export.resolve_export_dir(newest_latest) == newest_latest
+    assert export.resolve_export_dir(os.path.dirname(newest_latest)) == newest_latest
+    assert export.resolve_export_dir(trained_job.job_dir) == newest_best
+    with pytest.raises(Cifar10EstimatorError, match="no SavedModel in"):
+        export.resolve_export_dir(str(tmp_path))
+    with pytest.raises(Cifar10EstimatorError, match="does not exist"):
+        export.resolve_export_dir(str(tmp_path / "missing"))
