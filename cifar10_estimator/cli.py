@@ -50,3 +50,20 @@ def run_command(main, argv=None, prog=None):
         print("%s: interrupted" % prog, file=sys.stderr)
         return 130
     return int(status or 0)
+
+
+def quiet_tensorflow_logs(cpp_min_log_level, python_log_level):
+    """Mute TensorFlow's chatter: C++ lines below a level and v1 deprecation notices.
+
+    Call before TensorFlow is first imported (the C++ level is read once); a
+    TF_CPP_MIN_LOG_LEVEL the user exported wins.
+
+    Args:
+      cpp_min_log_level: "0" all, "1" no INFO, "2" no WARNING, "3" no ERROR.
+      python_log_level: level of TensorFlow's Python logger, e.g. "INFO" or "ERROR".
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", cpp_min_log_level)
+    import tensorflow as tf
+    from tensorflow.python.util import deprecation
+    deprecation._PRINT_DEPRECATION_WARNINGS = False
+    tf.get_logger().setLevel(python_log_level)

@@ -10,13 +10,12 @@ the exported model (argmax over the 10 real classes, see model_fn._serving_predi
 import argparse
 import dataclasses
 import json
-import os
 import sys
 
 import numpy as np
 
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 PROG = "cifar10_estimator.evaluate"
@@ -221,11 +220,7 @@ def main(argv):
     args = build_parser().parse_args(argv)
     if args.batch_size <= 0:
         raise UsageError("--batch-size must be positive, got %d" % args.batch_size)
-    # TensorFlow's C++ INFO and WARNING lines and the v1 API's deprecation notices
-    # would drown the report. Set before TensorFlow loads.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_tensorflow_logs("2", "ERROR")
     from cifar10_estimator import export
 
     hparams = export.load_hparams(args.job_dir)

@@ -11,7 +11,7 @@ import os
 import sys
 
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, parse_bool, run_command
+from cifar10_estimator.cli import ArgumentParser, parse_bool, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import UsageError
 
 PROG = "cifar10_estimator.main"
@@ -153,13 +153,8 @@ def eval_steps(args):
 
 
 def _quiet_tensorflow_logs():
-    # C++ INFO lines and Python deprecation notices drown the training log; keep
-    # warnings and errors. Must run before TensorFlow is imported.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    import tensorflow as tf
-    from tensorflow.python.util import deprecation
-    deprecation._PRINT_DEPRECATION_WARNINGS = False
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    # The training log is TensorFlow's Python INFO lines; keep C++ warnings and errors.
+    quiet_tensorflow_logs("1", "INFO")
 
 
 def _check_gpus_present(num_gpus):

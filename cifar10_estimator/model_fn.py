@@ -159,13 +159,6 @@ def make_resnet_tower_fn(hparams):
     return tower_fn
 
 
-def _predictions(logits):
-    return {
-        "classes": tf.argmax(logits, axis=1),
-        "probabilities": tf.nn.softmax(logits),
-    }
-
-
 def build_towers(image_shards, label_shards, layout, tower_fn, is_training):
     """Build one tower per shard on the devices of `layout`, sharing variables.
 
@@ -222,8 +215,8 @@ def _make_optimizer(learning_rate, hparams, is_chief):
     return optimizer, [optimizer.make_session_run_hook(is_chief)]
 
 
-def _serving_predictions(logits):
-    """What PREDICT and the SavedModel signatures return, over CIFAR-10's 10 classes only.
+def _predictions(logits):
+    """Predictions of every mode and of the SavedModel signatures, over CIFAR-10's 10 classes.
 
     The network keeps the original's 11th logit (cifar10_model.ORIGINAL_NUM_CLASSES),
     which is never a label, so it is left out: probabilities are the softmax of the
@@ -254,7 +247,7 @@ def _predict_spec(features, layout, hparams):
     with tf.compat.v1.variable_scope("resnet"):
         with tf.compat.v1.device(layout.device_setter(0)):
             logits = _resnet_logits(images, False, hparams)
-    predictions = _serving_predictions(logits)
+    predictions = _predictions(logits)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
         predictions=predictions,

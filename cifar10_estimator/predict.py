@@ -11,13 +11,12 @@ exit status is then 1.
 """
 
 import argparse
-import os
 import sys
 
 import numpy as np
 
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 PROG = "cifar10_estimator.predict"
@@ -107,11 +106,8 @@ def main(argv):
     if not 1 <= args.top_k <= tfrecord_format.NUM_CLASSES:
         raise UsageError("--top-k must be between 1 and %d, got %d"
                          % (tfrecord_format.NUM_CLASSES, args.top_k))
-    # TensorFlow's C++ INFO and WARNING lines (one per undecodable image) and the v1
-    # API's deprecation notices would drown the output. Set before TensorFlow loads.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    # One C++ warning per undecodable image would drown the output.
+    quiet_tensorflow_logs("2", "ERROR")
 
     _, signature = load_image_bytes_signature(args.export_dir)
     num_failed = 0
