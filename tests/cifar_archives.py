@@ -1,115 +1,34 @@
 """Build small CIFAR-10 archives in the official layout and encoding, and tiny TFRecords.
 
-The official `cifar-10-python.tar.gz` holds `cifar-10-batches-py/` with Python 2
-pickles (protocol 2) whose dict keys and strings are Python 2 `str`, i.e. bytes
-when read by Python 3 with encoding='bytes'; `data` is a uint8 numpy array Nx3072
-(channel-major) and `labels` a list of ints. `Python2Pickler` writes the same
-opcodes Python 2's pickler wrote, so loaders are tested on the real encoding.
+Archives come from cifar10_estimator.synthetic_archive, which writes the official
+layout and Python 2 pickle encoding (byte-string keys, uint8 data [N, 3072]).
 """
 
 import hashlib
-import io
 import os
-import pickle
-import struct
-import tarfile
 
 import numpy as np
 
-BATCH_NAMES = ("data_batch_1", "data_batch_2", "data_batch_3",
-               "data_batch_4", "data_batch_5", "test_batch")
+from cifar10_estimator import synthetic_archive
+from cifar10_estimator.cifar10_archive import ARCHIVE_FILENAME as ARCHIVE_NAME  # noqa: F401
+from cifar10_estimator.cifar10_archive import BATCH_NAMES
+# The tests build archives with the package's own official-format writer.
+from cifar10_estimator.synthetic_archive import (  # noqa: F401
+    python2_pickle, random_batch, write_archive)
+
 TRAIN_BATCHES = BATCH_NAMES[:4]
 VALIDATION_BATCHES = BATCH_NAMES[4:5]
 EVAL_BATCHES = BATCH_NAMES[5:]
-ARCHIVE_NAME = "cifar-10-python.tar.gz"
-TOP_DIRECTORY = "cifar-10-batches-py"
-LABEL_NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer",
-               b"dog", b"frog", b"horse", b"ship", b"truck"]
-
-
-class Python2Pickler(pickle._Pickler):
-    """A protocol-2 pickler that writes bytes and ASCII text as Python 2 `str` does.
-
-    Python 3 pickles bytes at protocol 2 through `_codecs.encode`; Python 2 wrote
-    SHORT_BINSTRING / BINSTRING opcodes, which Python 3 reads back as bytes with
-    encoding='bytes'. The CIFAR-10 batches were written by Python 2.
-    """
-
-    dispatch = dict(pickle._Pickler.dispatch)
-
-    def __init__(self, stream):
-        super().__init__(stream, protocol=2)
-
-    def save_py2_str(self, data):
-        if isinstance(data, str):
-            data = data.encode("ascii")
-        if len(data) < 256:
-            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
-        else:
-            self.write(pickle.BINSTRING + struct.pack("<i", len(data)) + data)
-        self.memoize(data)
-
-    dispatch[bytes] = save_py2_str
-    dispatch[str] = save_py2_str
-
-
-def python2_pickle(obj):
-    stream = io.BytesIO()
-    Python2Pickler(stream).dump(obj)
-    return stream.getvalue()
-
-
-def random_batch(num_images, seed, batch_label):
-    """A batch dict as in the official files, with random pixels and labels."""
-    rng = np.random.RandomState(seed)
-    data = rng.randint(0, 256, size=(num_images, 3072)).astype(np.uint8)
-    labels = [int(x) for x in rng.randint(0, 10, size=num_images)]
-    return {
-        b"batch_label": batch_label.encode("ascii"),
-        b"labels": labels,
-        b"data": data,
-        b"filenames": [("image_%s_%05d.png" % (seed, i)).encode("ascii")
-                       for i in range(num_images)],
-    }
 
 
 def make_batches(images_per_batch=24, seed=0):
-    """Dict batch name -> batch dict for the six official batches."""
-    return {
-        name: random_batch(images_per_batch, seed * 100 + index,
-                           "batch %d of 6" % (index + 1))
-        for index, name in enumerate(BATCH_NAMES)
-    }
+    """The six official batches with `images_per_batch` random images each."""
+    return synthetic_archive.make_batches(images_per_batch, seed)
 
 
-def write_archive(path, batches, extra_members=()):
-    """Write a gzip tar in the official layout.
-
-    Args:
-      path: archive file to write.
-      batches: dict batch name -> batch dict (or raw bytes to store as is).
-      extra_members: (tarinfo, bytes-or-None) pairs appended after the batches.
-
-    Returns:
-      hex MD5 of the archive file.
-    """
-    members = {"batches.meta": python2_pickle({
-        b"label_names": LABEL_NAMES, b"num_cases_per_batch": 10000, b"num_vis": 3072})}
-    for name, batch in batches.items():
-        members[name] = batch if isinstance(batch, bytes) else python2_pickle(batch)
-    members["readme.html"] = b"<html>synthetic CIFAR-10 for tests</html>\n"
-    with tarfile.open(path, "w:gz") as archive:
-        directory = tarfile.TarInfo(TOP_DIRECTORY)
-        directory.type = tarfile.DIRTYPE
-        directory.mode = 0o755
-        archive.addfile(directory)
-        for name, payload in members.items():
-            info = tarfile.TarInfo("%s/%s" % (TOP_DIRECTORY, name))
-            info.size = len(payload)
-            info.mode = 0o644
-            archive.addfile(info, io.BytesIO(payload))
-        for info, payload in extra_members:
-            archive.addfile(info, io.BytesIO(payload) if payload is not None else None)
+def write_archive_with_md5(path, batches, extra_members=()):
+    """write_archive, returning the hex MD5 of the file written."""
+    write_archive(path, batches, extra_members)
     return md5_of(path)
 
 

@@ -43,7 +43,7 @@ def cifar_archive(tmp_path, cifar_batches):
     """(path, md5) of an official-format archive holding `cifar_batches`."""
     path = tmp_path / "archive" / cifar_archives.ARCHIVE_NAME
     path.parent.mkdir()
-    md5 = cifar_archives.write_archive(str(path), cifar_batches)
+    md5 = cifar_archives.write_archive_with_md5(str(path), cifar_batches)
     return path, md5
 
 
