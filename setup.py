@@ -26,6 +26,7 @@ setup(
     long_description=open(os.path.join(HERE, "README.md")).read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["cifar10_estimator", "cifar10_estimator.*"]),
+    license="Apache-2.0",
     python_requires=">=3.9,<3.12",
     install_requires=read_requirements(),
     extras_require={"test": ["pytest>=7", "pytest-timeout>=2"]},
@@ -39,6 +40,5 @@ setup(
         "Programming Language :: Python :: 3.9",
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
-        "License :: OSI Approved :: Apache Software License",
     ],
 )

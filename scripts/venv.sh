@@ -9,6 +9,7 @@ supported_python() {
 }
 
 find_python() {
+  # Prints the interpreter to use; exits 2 with the reason when none is supported.
   if [ -n "${PYTHON:-}" ]; then
     if ! supported_python "$PYTHON"; then
       echo "error: $PYTHON is $("$PYTHON" --version 2>&1 || echo 'not runnable'); this package needs Python 3.9, 3.10 or 3.11" \

@@ -1,0 +1,56 @@
+"""The set-up scripts: Python version check and the offline --synthetic run, for real."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from cli_helpers import REPO_ROOT, cli_env
+
+SETUP_AND_RUN = os.path.join(REPO_ROOT, "scripts", "setup_and_run.sh")
+
+
+def run_script(args, env, timeout=600):
+    return subprocess.run(["bash", SETUP_AND_RUN] + args, cwd=REPO_ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout)
+
+
+def test_unsupported_python_stops_at_once_and_says_which_versions_work(tmp_path):
+    fake = tmp_path / "python3.12"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "Python 3.12.1" && exit 0\nexit 1\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = cli_env({"PYTHON": str(fake), "VENV_DIR": str(tmp_path / "venv")})
+    result = run_script(["--synthetic"], env, timeout=60)
+    assert result.returncode == 2
+    assert "Python 3.12.1" in result.stderr
+    assert "3.9, 3.10 or 3.11" in result.stderr and "TensorFlow 2.15" in result.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.slow
+def test_synthetic_run_prepares_data_and_trains_without_a_download(tmp_path):
+    # The current interpreter's environment already has the package's dependencies.
+    env = cli_env({"VENV_DIR": sys.prefix, "PYTHON": sys.executable,
+                   "CIFAR10_DOWNLOAD_URL": "http://127.0.0.1:9/unreachable"})
+    data_dir, job_dir = tmp_path / "data", tmp_path / "job"
+    result = run_script(["--synthetic", "--data-dir", str(data_dir), "--job-dir", str(job_dir),
+                         "--", "--num-gpus", "0", "--num-layers", "8", "--train-steps", "4",
+                         "--train-batch-size", "16", "--eval-batch-size", "40"], env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (data_dir / "train.tfrecords").exists()
+    assert os.path.exists(str(job_dir / "model.ckpt-4.index"))
+    assert "Final evaluation:" in result.stderr
+
+
+@pytest.mark.slow
+def test_unreachable_server_points_to_the_offline_path(tmp_path):
+    env = cli_env({"VENV_DIR": sys.prefix, "PYTHON": sys.executable,
+                   "CIFAR10_DOWNLOAD_URL": "http://127.0.0.1:9/cifar-10-python.tar.gz"})
+    result = run_script(["--data-dir", str(tmp_path / "data")], env)
+    assert result.returncode == 1
+    assert "cannot download" in result.stderr
+    assert "--synthetic" in result.stderr
+    assert not (tmp_path / "data" / "train.tfrecords").exists()
