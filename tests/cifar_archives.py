@@ -4,12 +4,11 @@ Archives come from cifar10_estimator.synthetic_archive, which writes the officia
 layout and Python 2 pickle encoding (byte-string keys, uint8 data [N, 3072]).
 """
 
-import hashlib
 import os
 
 import numpy as np
 
-from cifar10_estimator import synthetic_archive
+from cifar10_estimator import download, synthetic_archive
 from cifar10_estimator.cifar10_archive import ARCHIVE_FILENAME as ARCHIVE_NAME  # noqa: F401
 from cifar10_estimator.cifar10_archive import BATCH_NAMES
 # The tests build archives with the package's own official-format writer.
@@ -29,15 +28,7 @@ def make_batches(images_per_batch=24, seed=0):
 def write_archive_with_md5(path, batches, extra_members=()):
     """write_archive, returning the hex MD5 of the file written."""
     write_archive(path, batches, extra_members)
-    return md5_of(path)
-
-
-def md5_of(path):
-    digest = hashlib.md5()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return download.file_md5(path)
 
 
 def expected_subsets(batches):
