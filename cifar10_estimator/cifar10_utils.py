@@ -1,8 +1,10 @@
-"""Training helpers: a throughput-logging hook and device setters that place variables.
+"""Training helpers: a throughput-logging hook, the chief's --sync hook, device setters.
 
 The tutorial took the greedy parameter-device strategy from tf.contrib.training,
 which no longer exists; GreedyLoadBalancingStrategy and byte_size_load_fn replace it.
 """
+
+import threading
 
 import tensorflow as tf
 
@@ -64,6 +66,50 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
         tf.compat.v1.logging.info("%s: %g (%g), step = %g", "Average examples/sec",
                                   average_examples_per_sec, current_examples_per_sec,
                                   self._total_steps)
+
+
+class SyncReplicasChiefHook(tf.compat.v1.train.SessionRunHook):
+    """The chief's part of SyncReplicasOptimizer, ending with training instead of two minutes later.
+
+    Every worker, the chief included, also needs
+    sync_optimizer.make_session_run_hook(is_chief=False) for its local step. This hook
+    sets the step of the gradient accumulators and applies the aggregated updates in
+    a thread, as the optimizer's own chief hook does, but:
+      - it puts no initial tokens in the token queue, so the first update waits for a
+        gradient from every worker instead of taking the chief's alone;
+      - its thread is not registered with the session's coordinator: after the last
+        update it waits for gradients no worker will send, and the coordinator would
+        wait two minutes for it before closing the session (then a CancelledError
+        traceback). Here closing the session ends the wait quietly;
+      - at the end it closes the token queue, so a worker still waiting for a token
+        stops (OutOfRange) instead of hanging.
+    """
+
+    def __init__(self, sync_optimizer):
+        self._sync_optimizer = sync_optimizer
+
+    def begin(self):
+        queue_runner = self._sync_optimizer.get_chief_queue_runner()
+        self._chief_init_op = self._sync_optimizer.chief_init_op
+        (self._apply_update_op,) = queue_runner.enqueue_ops
+        self._close_token_queue_op = queue_runner.cancel_op
+
+    def after_create_session(self, session, coord):
+        session.run(self._chief_init_op)
+        threading.Thread(target=self._apply_updates, args=(session, coord),
+                         name="sync_replicas_updates", daemon=True).start()
+
+    def _apply_updates(self, session, coord):
+        try:
+            while not coord.should_stop():
+                session.run(self._apply_update_op)
+        except tf.errors.CancelledError:
+            pass  # the session closed while the update waited for gradients
+        except Exception as error:  # ends training with the error, as a QueueRunner does
+            coord.request_stop(error)
+
+    def end(self, session):
+        session.run(self._close_token_queue_op)
 
 
 class RoundRobinStrategy:

@@ -10,9 +10,10 @@ import argparse
 import os
 import sys
 
+from cifar10_estimator import cluster
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, parse_bool, quiet_tensorflow_logs, run_command
-from cifar10_estimator.errors import UsageError
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 PROG = "cifar10_estimator.main"
 
@@ -84,6 +85,14 @@ def build_parser():
     schedule.add_argument("--eval-every-secs", type=int, default=600, metavar="S",
                           help="Evaluate a new checkpoint at most every S seconds; the final "
                                "checkpoint is always evaluated.")
+
+    distributed = parser.add_argument_group(
+        "cluster", "With TF_CONFIG set, this command runs as the ps, chief, worker or evaluator "
+                   "task it names (see cifar10_estimator/cluster.py).")
+    distributed.add_argument("--ps-timeout-secs", type=int, default=600, metavar="S",
+                             help="Chief and workers exit with an error once a parameter server "
+                                  "has been unreachable for S seconds, at start or during "
+                                  "training (TensorFlow alone would wait forever).")
     return parser
 
 
@@ -98,7 +107,7 @@ def validate_flags(args):
     """Check flags, their combinations, the GPUs and the data files. Raises UsageError."""
     _require_positive(args, "train-steps", "train-batch-size", "eval-batch-size",
                       "num-cpu-towers", "save-checkpoints-steps", "eval-every-secs",
-                      "learning-rate", "batch-norm-epsilon")
+                      "learning-rate", "batch-norm-epsilon", "ps-timeout-secs")
     if args.num_layers < 8 or (args.num_layers - 2) % 6 != 0:
         raise UsageError("--num-layers must be 6n+2 with n >= 1 (8, 20, 32, 44, 56, 110, ...), "
                          "got %d" % args.num_layers)
@@ -170,6 +179,7 @@ def _check_gpus_present(num_gpus):
 def make_run_config(args):
     """RunConfig from the flags; the cluster, if any, comes from TF_CONFIG."""
     import tensorflow as tf
+    from tensorflow.core.protobuf import rewriter_config_pb2
     session_config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         log_device_placement=args.log_device_placement,
@@ -178,11 +188,31 @@ def make_run_config(args):
         gpu_options=tf.compat.v1.GPUOptions(force_gpu_compatible=True))
     if args.num_gpus == 0:
         session_config.device_count["CPU"] = args.num_cpu_towers
+    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
+    filters = cluster.device_filters(task) if task else None
+    if filters:
+        # What tf.estimator's own distributed session config has: these filters and
+        # one pass of graph rewrites.
+        session_config.device_filters.extend(filters)
+        session_config.graph_options.rewrite_options.meta_optimizer_iterations = (
+            rewriter_config_pb2.RewriterConfig.ONE)
     checkpoint_schedule = (
         {"save_checkpoints_steps": args.save_checkpoints_steps}
         if args.save_checkpoints_steps else {"save_checkpoints_secs": 600})
     return tf.estimator.RunConfig(
         model_dir=args.job_dir, session_config=session_config, **checkpoint_schedule)
+
+
+def _prepare_cluster_task(run_config, ps_timeout_secs):
+    """For a chief or worker of a TF_CONFIG cluster: start its server and the ps watchdog."""
+    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
+    if not (task and task.is_trainer):
+        return
+    if run_config.master:  # empty when the chief is the cluster's only task: no server
+        cluster.start_trainer_server(run_config)
+    if task.ps_addresses:
+        cluster.ParameterServerWatchdog(
+            task.ps_addresses, ps_timeout_secs, _exit_with_error).start()
 
 
 def train_and_evaluate(args):
@@ -207,7 +237,8 @@ def train_and_evaluate(args):
             "train", None if args.use_synthetic_data else args.data_dir),
         num_workers=run_config.num_worker_replicas or 1, data_format=data_format,
         sync=args.sync)
-    export.save_hparams(args.job_dir, hparams)
+    if run_config.is_chief:
+        export.save_hparams(args.job_dir, hparams)
 
     if args.use_synthetic_data:
         train_input_fn = input_fn.make_synthetic_input_fn(layout.num_towers, args.train_batch_size)
@@ -221,6 +252,7 @@ def train_and_evaluate(args):
 
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams), config=run_config)
+    _prepare_cluster_task(run_config, args.ps_timeout_secs)
     train_spec = tf.estimator.TrainSpec(train_input_fn, max_steps=args.train_steps)
     eval_spec = tf.estimator.EvalSpec(
         eval_input_fn, steps=eval_steps(args), start_delay_secs=0,
@@ -233,12 +265,20 @@ def train_and_evaluate(args):
     return metrics
 
 
+def _exit_with_error(message):
+    # Called by the ps watchdog while the main thread may wait inside TensorFlow's C++
+    # runtime, which no Python exception interrupts: end the process from here.
+    print("%s: error: %s" % (PROG, message), file=sys.stderr, flush=True)
+    os._exit(Cifar10EstimatorError.exit_status)
+
+
 def main(argv):
     args = build_parser().parse_args(argv)
     if args.log_device_placement:
         # Placements are logged by TensorFlow's C++ runtime at INFO level.
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
     validate_flags(args)
+    cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     train_and_evaluate(args)
 
 

@@ -212,7 +212,10 @@ def _make_optimizer(learning_rate, hparams, is_chief):
         optimizer,
         replicas_to_aggregate=hparams.num_workers,
         total_num_replicas=hparams.num_workers)
-    return optimizer, [optimizer.make_session_run_hook(is_chief)]
+    hooks = [optimizer.make_session_run_hook(is_chief=False)]
+    if is_chief:
+        hooks.append(cifar10_utils.SyncReplicasChiefHook(optimizer))
+    return optimizer, hooks
 
 
 def _predictions(logits):

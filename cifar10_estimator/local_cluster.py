@@ -1,0 +1,319 @@
+"""Run a TF_CONFIG cluster on this machine: ps tasks, a chief, workers and an evaluator.
+
+    python scripts/launch_local_cluster.py --num-ps 1 --num-workers 1 -- \\
+        --data-dir DATA --job-dir JOB --num-gpus 0
+
+Each task is a process running `python -m cifar10_estimator.main` with the trainer flags
+after `--` and its own TF_CONFIG, on free ports of 127.0.0.1. Their output is streamed with
+the task's name in front ([chief] ..., [worker0] ...). The launcher waits for the chief and
+the workers, gives the evaluator --evaluator-grace-secs to evaluate the final checkpoint,
+then stops the ps tasks, which never exit by themselves. When a task fails, the launcher
+stops the others and exits with status 1, naming the task.
+"""
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from cifar10_estimator import cluster
+from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
+PROG = "launch_local_cluster"
+HOST = "127.0.0.1"
+TRAINER_MODULE = "cifar10_estimator.main"
+POLL_SECS = 0.2
+STOP_GRACE_SECS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One task of the cluster: its TF_CONFIG type and index."""
+
+    task_type: str
+    task_index: int = 0
+
+    @property
+    def name(self):
+        """Log prefix: chief and evaluator (one each), else ps0, worker1, ..."""
+        if self.task_type in (cluster.CHIEF, cluster.EVALUATOR):
+            return self.task_type
+        return "%s%d" % (self.task_type, self.task_index)
+
+
+def cluster_tasks(num_ps, num_workers, with_evaluator=True):
+    """The tasks to start, ps first, as [Task]."""
+    tasks = [Task(cluster.PS, index) for index in range(num_ps)]
+    tasks.append(Task(cluster.CHIEF))
+    tasks += [Task(cluster.WORKER, index) for index in range(num_workers)]
+    if with_evaluator:
+        tasks.append(Task(cluster.EVALUATOR))
+    return tasks
+
+
+def free_ports(count):
+    """`count` distinct TCP ports of 127.0.0.1 that were free a moment ago.
+
+    Another process may take one before the task binds it; that task then fails
+    to start its server, and the launcher reports it.
+    """
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((HOST, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def make_cluster(num_ps, num_workers, ports):
+    """The TF_CONFIG "cluster": job -> ['127.0.0.1:port'], for num_ps + 1 + num_workers ports.
+
+    The evaluator is not part of it: it only reads checkpoints.
+    """
+    if len(ports) != num_ps + 1 + num_workers:
+        raise ValueError("need %d ports, got %d" % (num_ps + 1 + num_workers, len(ports)))
+    addresses = ["%s:%d" % (HOST, port) for port in ports]
+    spec = {cluster.PS: addresses[:num_ps], cluster.CHIEF: addresses[num_ps:num_ps + 1]}
+    if num_workers:
+        spec[cluster.WORKER] = addresses[num_ps + 1:]
+    return spec
+
+
+def tf_config(cluster_spec, task):
+    """The TF_CONFIG value (JSON) of `task` in `cluster_spec`."""
+    return json.dumps({"cluster": cluster_spec,
+                       "task": {"type": task.task_type, "index": task.task_index}})
+
+
+def trainer_command(trainer_args):
+    return [sys.executable, "-u", "-m", TRAINER_MODULE] + list(trainer_args)
+
+
+def task_environment(cluster_spec, task, base_environment=None):
+    """Environment of a task: TF_CONFIG, and this copy of the package first on the path."""
+    environment = dict(os.environ if base_environment is None else base_environment)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment["PYTHONPATH"] = os.pathsep.join(
+        path for path in (package_root, environment.get("PYTHONPATH")) if path)
+    environment["TF_CONFIG"] = tf_config(cluster_spec, task)
+    return environment
+
+
+class TaskProcess:
+    """A running task: its process, and a thread copying its output with a name prefix."""
+
+    def __init__(self, task, command, environment, output, output_lock):
+        self.task = task
+        # Its own session: Ctrl-C reaches the launcher only, which then stops every task.
+        self._process = subprocess.Popen(
+            command, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, universal_newlines=True, errors="replace",
+            start_new_session=True)
+        self._output = output
+        self._output_lock = output_lock
+        self._copier = threading.Thread(target=self._copy_output, daemon=True)
+        self._copier.start()
+
+    @property
+    def pid(self):
+        return self._process.pid
+
+    def _copy_output(self):
+        for line in self._process.stdout:
+            with self._output_lock:
+                self._output.write("[%s] %s" % (self.task.name, line))
+                self._output.flush()
+
+    def poll(self):
+        """Exit status, or None while it runs."""
+        return self._process.poll()
+
+    def terminate(self):
+        """Ask it to stop (SIGTERM) without waiting."""
+        if self._process.poll() is None:
+            self._process.terminate()
+
+    def wait_stopped(self):
+        """Wait for it to end, SIGKILL after STOP_GRACE_SECS; then for its output to be copied."""
+        try:
+            self._process.wait(STOP_GRACE_SECS)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._copier.join(STOP_GRACE_SECS)
+
+
+class LocalCluster:
+    """Starts tasks, waits for training and the final evaluation, and always stops them all."""
+
+    def __init__(self, output=None):
+        self._output = output or sys.stdout
+        self._output_lock = threading.Lock()
+        self._processes = []
+
+    def log(self, message):
+        with self._output_lock:
+            self._output.write("[launcher] %s\n" % message)
+            self._output.flush()
+
+    def start(self, task, command, environment):
+        process = TaskProcess(task, command, environment, self._output, self._output_lock)
+        self._processes.append(process)
+        self.log("started %s (pid %d)" % (task.name, process.pid))
+
+    def run(self, timeout_secs=None, evaluator_grace_secs=600):
+        """Wait for the chief and the workers, then the evaluator; stop every task.
+
+        Args:
+          timeout_secs: limit for the whole run, or None.
+          evaluator_grace_secs: how long the evaluator may run once training ended.
+
+        Raises:
+          Cifar10EstimatorError: a task failed, a ps exited, or a time limit passed.
+        """
+        deadline = time.monotonic() + timeout_secs if timeout_secs else float("inf")
+        timed_out = Cifar10EstimatorError(
+            "the cluster did not finish within %g s (--timeout-secs); stopped all tasks"
+            % (timeout_secs or 0))
+        trainers = [p for p in self._processes if p.task.task_type in cluster.TRAINER_JOBS]
+        evaluators = [p for p in self._processes if p.task.task_type == cluster.EVALUATOR]
+        try:
+            if not self._wait_for(trainers, deadline):
+                raise timed_out
+            self.log("training finished")
+            if evaluators:
+                grace_end = time.monotonic() + evaluator_grace_secs
+                if not self._wait_for(evaluators, min(deadline, grace_end)):
+                    raise timed_out if deadline < grace_end else Cifar10EstimatorError(
+                        "the evaluator did not finish the final evaluation within %g s "
+                        "(--evaluator-grace-secs) and was stopped; the final checkpoint is "
+                        "written" % evaluator_grace_secs)
+                self.log("evaluation finished")
+        finally:
+            self.stop()
+
+    def stop(self):
+        """Stop every task still running (ps tasks never end by themselves)."""
+        for process in self._processes:
+            if process.poll() is None:
+                self.log("stopping %s" % process.task.name)
+                process.terminate()
+        for process in self._processes:
+            process.wait_stopped()
+
+    def _wait_for(self, awaited, deadline):
+        """Wait until every process in `awaited` exited with status 0 (True) or the deadline.
+
+        Raises:
+          Cifar10EstimatorError: a task failed, or a ps exited.
+        """
+        while True:
+            for process in self._processes:
+                status = process.poll()
+                if status is None:
+                    continue
+                if status != 0:
+                    raise Cifar10EstimatorError(
+                        "%s failed (exit status %d); stopped the other tasks"
+                        % (process.task.name, status))
+                if process.task.task_type == cluster.PS:
+                    raise Cifar10EstimatorError(
+                        "%s exited while the cluster ran; stopped the other tasks"
+                        % process.task.name)
+            if all(process.poll() == 0 for process in awaited):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_SECS)
+
+
+def build_parser():
+    parser = ArgumentParser(
+        prog=PROG,
+        usage="%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--timeout-secs S] "
+              "[--evaluator-grace-secs S] -- TRAINER FLAGS",
+        description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
+                    "processes on 127.0.0.1, each `python -m %s TRAINER FLAGS`." % TRAINER_MODULE)
+    parser.add_argument("--num-ps", type=int, default=1, metavar="N",
+                        help="Parameter servers, 1 or more (default 1).")
+    parser.add_argument("--num-workers", type=int, default=1, metavar="N",
+                        help="Workers besides the chief, 0 or more (default 1).")
+    parser.add_argument("--no-evaluator", dest="evaluator", action="store_false",
+                        help="Start no evaluator task (by default one evaluates each new "
+                             "checkpoint).")
+    parser.add_argument("--timeout-secs", type=float, default=0, metavar="S",
+                        help="Stop everything and fail if the cluster runs longer than S "
+                             "seconds (default 0: no limit).")
+    parser.add_argument("--evaluator-grace-secs", type=float, default=600, metavar="S",
+                        help="Once training ended, how long the evaluator may take to evaluate "
+                             "the final checkpoint before it is stopped (default 600).")
+    return parser
+
+
+def split_argv(argv):
+    """(launcher flags, trainer flags): the flags before and after the first `--`."""
+    if "--" not in argv:
+        return list(argv), []
+    split = argv.index("--")
+    return list(argv[:split]), list(argv[split + 1:])
+
+
+def validate_launcher_flags(args):
+    if args.num_ps < 1:
+        raise UsageError("--num-ps must be 1 or more, got %d" % args.num_ps)
+    if args.num_workers < 0:
+        raise UsageError("--num-workers must be 0 or more, got %d" % args.num_workers)
+    if args.timeout_secs < 0:
+        raise UsageError("--timeout-secs must be 0 (no limit) or more, got %g" % args.timeout_secs)
+    if args.evaluator_grace_secs <= 0:
+        raise UsageError("--evaluator-grace-secs must be positive, got %g"
+                         % args.evaluator_grace_secs)
+
+
+def validate_trainer_flags(trainer_args):
+    """Check the trainer flags once here rather than fail in every task. Raises UsageError."""
+    from cifar10_estimator import main as trainer
+    try:
+        trainer.validate_flags(trainer.build_parser().parse_args(trainer_args))
+    except UsageError as error:
+        raise UsageError("trainer flags (after --): %s" % error)
+
+
+def main(argv):
+    launcher_argv, trainer_args = split_argv(argv)
+    args = build_parser().parse_args(launcher_argv)
+    validate_launcher_flags(args)
+    validate_trainer_flags(trainer_args)
+    # A plain `kill` of the launcher stops the tasks too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    tasks = cluster_tasks(args.num_ps, args.num_workers, args.evaluator)
+    cluster_spec = make_cluster(args.num_ps, args.num_workers,
+                                free_ports(args.num_ps + 1 + args.num_workers))
+    local_cluster = LocalCluster()
+    local_cluster.log("cluster %s" % json.dumps(cluster_spec))
+    try:
+        for task in tasks:
+            local_cluster.start(task, trainer_command(trainer_args),
+                                task_environment(cluster_spec, task))
+    except BaseException:
+        local_cluster.stop()
+        raise
+    local_cluster.run(args.timeout_secs or None, args.evaluator_grace_secs)
+    local_cluster.log("done")
+
+
+def console_main():
+    sys.exit(run_command(main, prog=PROG))
+
+
+if __name__ == "__main__":
+    console_main()

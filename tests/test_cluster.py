@@ -1,0 +1,406 @@
+"""Training as a TF_CONFIG cluster: TF_CONFIG checks, launcher runs, and a lost or restarted task.
+
+Clusters run as real processes on 127.0.0.1 with tiny ResNet-8 and batch 8. Async runs
+end at --train-steps or up to two steps past it per worker: a worker checks the global
+step after each of its steps, reading it while other workers update it.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from cifar10_estimator import cluster, local_cluster
+from cifar10_estimator.errors import UsageError
+from cifar10_estimator.local_cluster import Task
+from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
+from test_training import checkpoint_steps, eval_metrics, trainer_args
+
+MODULE = "cifar10_estimator.main"
+LAUNCHER = "cifar10_estimator.local_cluster"
+LOSS_AT_STEP = re.compile(r"\bloss = [0-9.e+-]+, step = (\d+)")
+def assert_async_final_step(job_dir, train_steps, num_trainers):
+    final_step = checkpoint_steps(job_dir)[-1]
+    assert train_steps <= final_step <= train_steps + 2 * num_trainers
+    return final_step
+
+
+CLUSTER = {"ps": ["127.0.0.1:2220"], "chief": ["127.0.0.1:2221"],
+           "worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+
+
+def tf_config(cluster_spec, task_type, index=0):
+    return json.dumps({"cluster": cluster_spec, "task": {"type": task_type, "index": index}})
+
+
+# TF_CONFIG checks, before TensorFlow starts.
+
+@pytest.mark.parametrize("task_type, index", [
+    ("ps", 0), ("chief", 0), ("worker", 1), ("evaluator", 0)])
+def test_tf_config_names_this_task(task_type, index):
+    task = cluster.task_from_tf_config(tf_config(CLUSTER, task_type, index))
+    assert (task.task_type, task.task_index, task.cluster) == (task_type, index, CLUSTER)
+    assert task.is_trainer == (task_type in ("chief", "worker"))
+    assert task.ps_addresses == ("127.0.0.1:2220",)
+
+
+def test_no_cluster_means_local_training():
+    assert cluster.task_from_tf_config(None) is None
+    assert cluster.task_from_tf_config("") is None
+    assert cluster.task_from_tf_config('{"task": {"type": "worker", "index": 0}}') is None
+
+
+def test_master_is_accepted_as_tensorflow_215_accepts_it():
+    legacy = {"ps": ["127.0.0.1:2220"], "master": ["127.0.0.1:2221"], "worker": ["127.0.0.1:2222"]}
+    task = cluster.task_from_tf_config(tf_config(legacy, "master"))
+    assert (task.task_type, task.is_trainer) == ("master", True)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    ('["cluster"]', "TF_CONFIG must be a JSON object"),
+    (tf_config(CLUSTER, "trainer"), 'unknown task type "trainer"'),
+    (tf_config(CLUSTER, "worker", 2), "TF_CONFIG task worker:2 is out of range: the cluster has "
+                                      "2 worker tasks (index 0 to 1)"),
+    (tf_config(CLUSTER, "worker", -1), 'TF_CONFIG task "index" must be a whole number'),
+    (tf_config({"ps": ["127.0.0.1:2220"], "worker": ["127.0.0.1:2222"]}, "worker"),
+     "the TF_CONFIG cluster has no chief"),
+    (tf_config(dict(CLUSTER, master=["127.0.0.1:2224"]), "worker"),
+     'has both a "chief" and a "master"'),
+    (tf_config({"chief": ["127.0.0.1:2221"], "worker": ["127.0.0.1:2222"]}, "worker"),
+     'has workers but no "ps"'),
+    (tf_config({"ps": ["127.0.0.1:2220"], "master": ["127.0.0.1:2221"]}, "evaluator"),
+     'an evaluator cannot join a TF_CONFIG cluster with a "master"'),
+    (tf_config(dict(CLUSTER, ps=["2220"]), "ps"), 'job "ps" has address \'2220\''),
+    (tf_config(dict(CLUSTER, gpu=["127.0.0.1:2225"]), "chief"), 'unknown job "gpu"'),
+    (json.dumps({"cluster": CLUSTER}), 'has a "cluster" but no "task"'),
+    (json.dumps({"task": {"type": "ps", "index": 0}}), 'has a "task" but no "cluster"'),
+])
+def test_invalid_tf_config_is_a_usage_error(text, message):
+    with pytest.raises(UsageError) as raised:
+        cluster.task_from_tf_config(text)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    (tf_config(CLUSTER, "trainer"), 'unknown task type "trainer"'),
+    (tf_config(CLUSTER, "worker", 5), "TF_CONFIG task worker:5 is out of range"),
+    (tf_config({"ps": ["127.0.0.1:2220"], "worker": ["127.0.0.1:2222"]}, "worker"),
+     "the TF_CONFIG cluster has no chief"),
+])
+def test_trainer_rejects_invalid_tf_config_in_one_line(tiny_data_dir, tmp_path, text, message):
+    result = run_module(MODULE, trainer_args(tiny_data_dir, tmp_path / "job"),
+                        env={"TF_CONFIG": text}, timeout=60)
+    assert_one_line_error(result, 2, "cifar10_estimator.main: error:", message)
+    assert not (tmp_path / "job").exists()
+
+
+# Session settings and the ps watchdog, in-process.
+
+def run_config_for(monkeypatch, tmp_path, text, *flags):
+    from cifar10_estimator import main as trainer
+    monkeypatch.setenv("TF_CONFIG", text)
+    args = trainer.build_parser().parse_args(
+        ["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(flags))
+    return trainer.make_run_config(args)
+
+
+@pytest.mark.parametrize("task_type, index", [("chief", 0), ("worker", 1)])
+def test_device_filters_are_the_ones_tf_estimator_sets_itself(monkeypatch, tmp_path,
+                                                              task_type, index):
+    import tensorflow as tf
+    text = tf_config(CLUSTER, task_type, index)
+    ours = run_config_for(monkeypatch, tmp_path, text, "--num-cpu-towers", "2").session_config
+    estimators_own = tf.estimator.RunConfig().session_config  # made when none is given
+    assert list(ours.device_filters) == list(estimators_own.device_filters)
+    assert ours.graph_options.rewrite_options == estimators_own.graph_options.rewrite_options
+    assert ours.device_count["CPU"] == 2
+
+
+def test_learning_rate_counts_the_chief_and_every_worker(monkeypatch, tmp_path):
+    run_config = run_config_for(monkeypatch, tmp_path, tf_config(CLUSTER, "worker", 0))
+    assert run_config.num_worker_replicas == 3
+    assert run_config.num_ps_replicas == 1
+    assert not run_config.is_chief
+
+
+def test_evaluator_sessions_are_not_filtered(monkeypatch, tmp_path):
+    run_config = run_config_for(monkeypatch, tmp_path, tf_config(CLUSTER, "evaluator"))
+    assert list(run_config.session_config.device_filters) == []
+
+
+def watch(addresses, timeout_secs):
+    reports = []
+    reported = threading.Event()
+
+    def on_unreachable(message):
+        reports.append(message)
+        reported.set()
+
+    watchdog = cluster.ParameterServerWatchdog(
+        addresses, timeout_secs, on_unreachable, probe_every_secs=0.05).start()
+    return watchdog, reports, reported
+
+
+def test_watchdog_reports_a_ps_lost_for_longer_than_the_timeout():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    address = "127.0.0.1:%d" % listener.getsockname()[1]
+    watchdog, reports, reported = watch([address], timeout_secs=0.5)
+    try:
+        assert not reported.wait(1.0), reports
+        listener.close()
+        assert reported.wait(5.0)
+    finally:
+        watchdog.stop()
+    assert reports == ["lost the parameter server ps:0 (%s): no connection for 0.5 s "
+                       "(--ps-timeout-secs); restart the cluster to resume from the last "
+                       "checkpoint" % address]
+
+
+def test_watchdog_reports_a_ps_that_never_came_up():
+    address = "127.0.0.1:%d" % local_cluster.free_ports(1)[0]
+    watchdog, reports, reported = watch(["127.0.0.1:1", address], timeout_secs=0.3)
+    try:
+        assert reported.wait(5.0)
+    finally:
+        watchdog.stop()
+    assert reports[0].startswith("cannot reach the parameter server ps:0 (127.0.0.1:1) "
+                                 "after 0.3 s (--ps-timeout-secs)")
+
+
+# Real clusters.
+
+def launch(data_dir, job_dir, train_steps, *extra, launcher_flags=()):
+    """Run the launcher (1 ps, chief, 1 worker, evaluator) to completion."""
+    return run_module(
+        LAUNCHER, ["--num-ps", "1", "--num-workers", "1", "--timeout-secs", "240"]
+        + list(launcher_flags) + ["--"]
+        + trainer_args(data_dir, job_dir, "--train-steps", str(train_steps), *extra),
+        timeout=300)
+
+
+def task_lines(output, name):
+    prefix = "[%s] " % name
+    return [line[len(prefix):] for line in output.splitlines() if line.startswith(prefix)]
+
+
+def loss_steps(lines):
+    return [int(match.group(1)) for match in map(LOSS_AT_STEP.search, lines) if match]
+
+
+def assert_only_the_chief_saves(output, job_dir):
+    assert any("Saving checkpoints" in line for line in task_lines(output, "chief"))
+    assert not any("Saving checkpoints" in line for line in task_lines(output, "worker0"))
+    assert len([name for name in os.listdir(str(job_dir))
+                if name.startswith("events.out.tfevents")]) == 1
+    with open(os.path.join(str(job_dir), "hparams.json")) as stream:
+        assert json.load(stream)["hparams"]["num_workers"] == 2
+
+
+@pytest.mark.slow
+def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    # The worker starts some 10-20 s after the chief (TensorFlow delays it 5 s on
+    # purpose); enough steps that it joins before the chief alone could finish.
+    result = launch(tiny_data_dir, job_dir, 1000)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-5000:]
+    assert "[launcher] done" in result.stdout
+
+    assert loss_steps(task_lines(result.stdout, "chief"))
+    assert loss_steps(task_lines(result.stdout, "worker0")), "the worker did no step"
+    final_step = assert_async_final_step(job_dir, 1000, num_trainers=2)
+    assert 0.0 <= eval_metrics(job_dir)[final_step]["accuracy"] <= 1.0
+    assert any("Exiting evaluation, global_step=%d" % final_step in line
+               for line in task_lines(result.stdout, "evaluator"))
+    assert_only_the_chief_saves(result.stdout, job_dir)
+
+
+PLACEMENT = re.compile(r"(?:\] )?(\S+): \((\w+)\): (/job:\S+)$")
+COMPUTE_OPS = ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3", "MatMul")
+
+
+def placements(lines):
+    """[(op name, op type, device)] from --log-device-placement lines."""
+    return [match.groups() for match in map(PLACEMENT.search, lines) if match]
+
+
+@pytest.mark.slow
+def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = launch(tiny_data_dir, job_dir, 40, "--sync", "--num-cpu-towers", "2",
+                    "--log-device-placement")
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-5000:]
+    # Each update waits for a gradient of both, so both start at step 0 and the
+    # run ends exactly at --train-steps, without the chief hanging on at the end.
+    assert loss_steps(task_lines(result.stdout, "chief"))[0] == 0
+    assert loss_steps(task_lines(result.stdout, "worker0"))[0] == 0
+    assert checkpoint_steps(job_dir)[-1] == 40
+    assert 0.0 <= eval_metrics(job_dir)[40]["accuracy"] <= 1.0
+    assert "Coordinator stopped with threads still running" not in result.stdout
+    assert "Traceback" not in result.stdout
+    assert_only_the_chief_saves(result.stdout, job_dir)
+
+    for name, job in (("chief", "chief"), ("worker0", "worker")):
+        placed = placements(task_lines(result.stdout, name))
+        variables = {op: device for op, op_type, device in placed if op_type == "VarHandleOp"}
+        # SyncReplicasOptimizer keeps each worker's local step on the worker itself.
+        assert variables.pop("sync_rep_local_step") == (
+            "/job:%s/replica:0/task:0/device:CPU:0" % job)
+        assert "global_step" in variables and "resnet/conv2d/kernel" in variables
+        assert set(variables.values()) == {"/job:ps/replica:0/task:0/device:CPU:0"}, variables
+        towers = {(re.search(r"/tower_(\d)/", op).group(1), device)
+                  for op, op_type, device in placed
+                  if op_type in COMPUTE_OPS and "/tower_" in op}
+        assert towers == {("0", "/job:%s/replica:0/task:0/device:CPU:0" % job),
+                          ("1", "/job:%s/replica:0/task:0/device:CPU:1" % job)}, towers
+
+
+@pytest.mark.slow
+def test_sync_on_one_machine_ends_at_train_steps(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "15",
+                                             "--sync"), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert checkpoint_steps(job_dir)[-1] == 15
+    assert "Coordinator stopped with threads still running" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+class TaskProcesses:
+    """Tasks of one cluster started by hand, each logging to its own file; all killed at the end."""
+
+    def __init__(self, directory, num_workers=1):
+        self._directory = directory
+        self.cluster_spec = local_cluster.make_cluster(
+            1, num_workers, local_cluster.free_ports(2 + num_workers))
+        self._processes = []
+
+    def start(self, task, args, log_name=None):
+        log_path = self.log_path(log_name or task.name)
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(
+                local_cluster.trainer_command(args), cwd=REPO_ROOT,
+                env=local_cluster.task_environment(self.cluster_spec, task, cli_env()),
+                stdout=log, stderr=subprocess.STDOUT, universal_newlines=True)
+        self._processes.append(process)
+        return process
+
+    def log_path(self, log_name):
+        return os.path.join(str(self._directory), log_name + ".log")
+
+    def log(self, log_name):
+        with open(self.log_path(log_name)) as stream:
+            return stream.read()
+
+    def wait_for_step(self, process, log_name, timeout_secs=180):
+        """First global step the task logged a loss at, waiting for it."""
+        deadline = time.monotonic() + timeout_secs
+        while True:
+            steps = loss_steps(self.log(log_name).splitlines())
+            if steps:
+                return steps[0]
+            assert process.poll() is None, self.log(log_name)[-3000:]
+            assert time.monotonic() < deadline, "%s logged no step" % log_name
+            time.sleep(0.2)
+
+    def kill_all(self):
+        for process in self._processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def task_processes(tmp_path):
+    processes = TaskProcesses(tmp_path)
+    yield processes
+    processes.kill_all()
+
+
+def wait_for_port(address, timeout_secs=120):
+    host, port = address.split(":")
+    deadline = time.monotonic() + timeout_secs
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "nothing listens on %s" % address
+            time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_killed_worker_restarts_and_rejoins_async_training(tiny_data_dir, tmp_path,
+                                                           task_processes):
+    job_dir = tmp_path / "job"
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "300")
+    task_processes.start(Task("ps", 0), args)
+    chief = task_processes.start(Task("chief"), args)
+    worker = task_processes.start(Task("worker", 0), args)
+    # The chief is paused (SIGSTOP) while a worker starts, so that it cannot finish
+    # the run alone however slow the machine; the kill comes while both train.
+    task_processes.wait_for_step(chief, "chief")
+    chief.send_signal(signal.SIGSTOP)
+    first_step = task_processes.wait_for_step(worker, "worker0")
+    chief.send_signal(signal.SIGCONT)
+    time.sleep(1)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+
+    chief.send_signal(signal.SIGSTOP)
+    restarted = task_processes.start(Task("worker", 0), args, "worker0-restarted")
+    rejoined_step = task_processes.wait_for_step(restarted, "worker0-restarted")
+    chief.send_signal(signal.SIGCONT)
+
+    assert chief.wait(180) == 0, task_processes.log("chief")[-3000:]
+    assert restarted.wait(60) == 0, task_processes.log("worker0-restarted")[-3000:]
+    assert rejoined_step > first_step  # it went on from the shared variables
+    assert_async_final_step(job_dir, 300, num_trainers=2)
+
+
+@pytest.mark.slow
+def test_lost_ps_ends_chief_and_worker_with_one_clear_line(tiny_data_dir, tmp_path,
+                                                           task_processes):
+    args = trainer_args(tiny_data_dir, tmp_path / "job", "--train-steps", "100000",
+                        "--ps-timeout-secs", "5")
+    ps_address = task_processes.cluster_spec["ps"][0]
+    ps = task_processes.start(Task("ps", 0), args)
+    wait_for_port(ps_address)
+    trainers = {"chief": task_processes.start(Task("chief"), args),
+                "worker0": task_processes.start(Task("worker", 0), args)}
+    for name, process in trainers.items():
+        task_processes.wait_for_step(process, name)
+
+    ps.kill()
+    lost_at = time.monotonic()
+    for name, process in trainers.items():
+        assert process.wait(60) == 1, task_processes.log(name)[-3000:]
+        assert time.monotonic() - lost_at < 5 + 20
+        log = task_processes.log(name)
+        assert "Traceback" not in log
+        assert log.rstrip().splitlines()[-1] == (
+            "cifar10_estimator.main: error: lost the parameter server ps:0 (%s): no connection "
+            "for 5 s (--ps-timeout-secs); restart the cluster to resume from the last "
+            "checkpoint" % ps_address)
+
+
+@pytest.mark.slow
+def test_chief_gives_up_on_a_ps_that_never_starts(tiny_data_dir, tmp_path):
+    chief_port, ps_port = local_cluster.free_ports(2)
+    spec = {"ps": ["127.0.0.1:%d" % ps_port], "chief": ["127.0.0.1:%d" % chief_port]}
+    result = run_module(MODULE, trainer_args(tiny_data_dir, tmp_path / "job",
+                                             "--ps-timeout-secs", "2"),
+                        env={"TF_CONFIG": tf_config(spec, "chief")}, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.rstrip().splitlines()[-1].startswith(
+        "cifar10_estimator.main: error: cannot reach the parameter server ps:0 "
+        "(127.0.0.1:%d) after 2 s" % ps_port)
