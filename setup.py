@@ -37,6 +37,7 @@ setup(
         "cifar10-synthetic-archive=cifar10_estimator.synthetic_archive:console_main",
         "cifar10-predict=cifar10_estimator.predict:console_main",
         "cifar10-evaluate=cifar10_estimator.evaluate:console_main",
+        "cifar10-benchmark=cifar10_estimator.benchmark:console_main",
     ]},
     classifiers=[
         "Programming Language :: Python :: 3.9",

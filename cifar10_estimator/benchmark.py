@@ -1,0 +1,377 @@
+"""Benchmarks: throughput measured on this machine, against its ceiling and the alternatives.
+
+    python -m cifar10_estimator.benchmark [--smoke | --quick | --full] [--output-dir DIR]
+
+writes DIR/benchmark.json and DIR/benchmark.md (the machine, the command, every
+measurement and the ratios against their targets):
+  1. input pipeline: Cifar10DataSet against the original tutorial's (input_benchmark);
+  2. training examples/sec of the real trainer on TFRecords against --use-synthetic-data,
+     the ceiling (benchmark_training);
+  3. the same ResNet, data and optimisation in Keras model.fit (benchmark_keras);
+  4. 2 logical CPU towers against 1 at the same global batch;
+  5. generate_tfrecords against the original conversion, on a 60000-image archive in
+     the official format (benchmark_conversion);
+  6. FLOPs per example counted from the graph (benchmark_flops) x examples/sec, as a
+     fraction of the FP32 peak derived from the CPU (benchmark_machine), and the peak
+     resident memory of every run.
+Every comparison runs in one invocation with its sides alternated (A B, B A, ...); the
+reported figure is the median over rounds. --smoke (under a minute, tiny model and data)
+checks the machinery only; --quick (minutes) measures ResNet-20; --full measures ResNet-20
+and ResNet-44 with more steps and rounds (tens of minutes).
+"""
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from cifar10_estimator import cli
+
+PROG = "python -m cifar10_estimator.benchmark"
+JSON_FILENAME = "benchmark.json"
+MARKDOWN_FILENAME = "benchmark.md"
+# Each official batch file holds 10000 images: 40000 train, 10000 validation, 10000 eval.
+OFFICIAL_IMAGES_PER_BATCH = 10000
+
+TARGETS = {
+    "real_data_vs_synthetic": 0.97,
+    "estimator_vs_keras": 1.0,
+    "two_towers_vs_one": 0.90,
+    "conversion_vs_original": 1.0,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """How much to measure: sizes, step counts and rounds."""
+
+    name: str
+    images_per_archive_batch: int
+    conversion_rounds: int
+    input_batches: int
+    input_warmup_batches: int
+    input_rounds: int
+    depths: tuple
+    batch_size: int
+    warmup_steps: int
+    timed_steps: int
+    training_rounds: int
+    # The final evaluation is not timed; a small eval file keeps it short.
+    num_eval_examples: int
+
+
+MODES = {
+    "smoke": Mode("smoke", images_per_archive_batch=200, conversion_rounds=1,
+                  input_batches=5, input_warmup_batches=2, input_rounds=1, depths=(8,),
+                  batch_size=32, warmup_steps=10, timed_steps=20, training_rounds=1,
+                  num_eval_examples=100),
+    "quick": Mode("quick", images_per_archive_batch=OFFICIAL_IMAGES_PER_BATCH,
+                  conversion_rounds=2, input_batches=100, input_warmup_batches=20,
+                  input_rounds=2, depths=(20,), batch_size=128, warmup_steps=10,
+                  timed_steps=50, training_rounds=1, num_eval_examples=1000),
+    "full": Mode("full", images_per_archive_batch=OFFICIAL_IMAGES_PER_BATCH,
+                 conversion_rounds=3, input_batches=200, input_warmup_batches=20,
+                 input_rounds=4, depths=(20, 44), batch_size=128, warmup_steps=20,
+                 timed_steps=100, training_rounds=2, num_eval_examples=1000),
+}
+
+
+def build_parser():
+    parser = cli.ArgumentParser(
+        prog=PROG, description="Measure input, training and conversion throughput on this "
+                               "machine and write benchmark.json and benchmark.md.")
+    modes = parser.add_mutually_exclusive_group()
+    for name, text in (("smoke", "check the machinery in under a minute (ResNet-8, tiny data)"),
+                       ("quick", "ResNet-20, full-size data, a few minutes (default)"),
+                       ("full", "ResNet-20 and ResNet-44, more steps and rounds, tens of "
+                                "minutes")):
+        modes.add_argument("--" + name, dest="mode", action="store_const", const=name, help=text)
+    parser.set_defaults(mode="quick")
+    parser.add_argument("--output-dir", default="benchmark_results", metavar="DIR",
+                        help="where benchmark.json and benchmark.md are written "
+                             "(default: %(default)s)")
+    parser.add_argument("--work-dir", metavar="DIR",
+                        help="scratch space for the archive, TFRecords and jobs, about 1 GB "
+                             "(default: a temporary directory, removed afterwards)")
+    return parser
+
+
+def _quiet_tensorflow():
+    # Graph building for the FLOPs count logs deprecation notices that are not ours.
+    # Must run before TensorFlow is imported for the C++ log level to apply.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    import tensorflow as tf
+    from tensorflow.python.util import deprecation
+    deprecation._PRINT_DEPRECATION_WARNINGS = False
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    _quiet_tensorflow()
+    mode = MODES[args.mode]
+    command = " ".join([PROG] + [shlex.quote(arg) for arg in argv])
+    os.makedirs(args.output_dir, exist_ok=True)
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_benchmark_")
+    os.makedirs(work_dir, exist_ok=True)
+    try:
+        results = run_benchmarks(mode, work_dir, command)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    from cifar10_estimator import benchmark_report
+
+    json_path = os.path.join(args.output_dir, JSON_FILENAME)
+    markdown_path = os.path.join(args.output_dir, MARKDOWN_FILENAME)
+    with open(json_path, "w") as stream:
+        json.dump(results, stream, indent=2)
+        stream.write("\n")
+    with open(markdown_path, "w") as stream:
+        stream.write(benchmark_report.markdown(results))
+    print("wrote %s and %s" % (json_path, markdown_path))
+
+
+def _say(text):
+    print(text, flush=True)
+
+
+def _percent(share):
+    return "unknown" if share is None else "%.0f %%" % (100 * share)
+
+
+def run_benchmarks(mode, work_dir, command):
+    """Run every section of `mode` in work_dir; returns the results as a JSON-ready dict."""
+    from cifar10_estimator import benchmark_machine
+
+    started, meter = time.time(), benchmark_machine.BackgroundCpuMeter()
+    results = {"command": command, "mode": mode.name, "settings": dataclasses.asdict(mode),
+               "load_average_start": benchmark_machine.load_average(),
+               "machine": benchmark_machine.describe_machine()}
+    data_dir = os.path.join(work_dir, "data")
+    results["conversion"] = conversion_section(mode, work_dir, data_dir)
+    training_data_dir = os.path.join(work_dir, "training_data")
+    prepare_training_data(data_dir, training_data_dir, mode.num_eval_examples)
+    results["input_pipeline"] = input_pipeline_section(mode, training_data_dir)
+    results["flops"] = flops_section(mode)
+    results["training"] = training_section(mode, training_data_dir, work_dir)
+    results["comparisons"] = comparisons(results)
+    results["load_average_end"] = benchmark_machine.load_average()
+    results["background_cpu_share"] = meter.share()
+    results["duration_secs"] = time.time() - started
+    return results
+
+
+def conversion_section(mode, work_dir, data_dir):
+    """Section 5: the package's converter against the original way, on one archive."""
+    from cifar10_estimator import benchmark_conversion
+
+    archive = os.path.join(work_dir, "archive", "cifar-10-python.tar.gz")
+    os.makedirs(os.path.dirname(archive))
+    num_images = 6 * mode.images_per_archive_batch
+    _say("writing an official-format archive of %d random images" % num_images)
+    benchmark_conversion.write_official_format_archive(archive, mode.images_per_archive_batch)
+
+    def report(round_index, way, measurement):
+        _say("conversion round %d: %-8s %6.2f s  %8.0f images/sec"
+             % (round_index + 1, way, measurement.seconds, measurement.images_per_sec(num_images)))
+
+    measurements, same_examples = benchmark_conversion.compare_conversions(
+        archive, os.path.join(work_dir, "conversions"), mode.conversion_rounds,
+        keep_package_output=data_dir, report=report)
+    section = {"num_images": num_images, "archive_bytes": os.path.getsize(archive),
+               "same_examples_both_ways": same_examples}
+    os.remove(archive)
+    for way, runs in measurements.items():
+        section[way] = {"seconds": [run.seconds for run in runs],
+                        "cpu_seconds": [run.cpu_seconds for run in runs],
+                        "median_images_per_sec": statistics.median(
+                            run.images_per_sec(num_images) for run in runs)}
+    return section
+
+
+def prepare_training_data(converted_dir, training_data_dir, num_eval_examples):
+    """The converted train file, and the first num_eval_examples of the eval set.
+
+    Training is timed without the final evaluation, but every run does one; a small eval
+    file keeps it from dominating the wall time.
+    """
+    from cifar10_estimator import cifar10_archive, generate_tfrecords, tfrecord_format
+
+    os.makedirs(training_data_dir)
+    train_path = tfrecord_format.tfrecord_path(training_data_dir, "train")
+    os.link(tfrecord_format.tfrecord_path(converted_dir, "train"), train_path)
+    images, labels = cifar10_archive.load_batch(os.path.join(
+        cifar10_archive.batches_dir(converted_dir), cifar10_archive.SUBSET_BATCHES["eval"][0]))
+    num_eval = generate_tfrecords.write_tfrecords(
+        tfrecord_format.tfrecord_path(training_data_dir, "eval"),
+        images[:num_eval_examples], labels[:num_eval_examples])
+    tfrecord_format.write_metadata(training_data_dir, {
+        "train": tfrecord_format.num_examples("train", converted_dir), "eval": num_eval})
+
+
+def input_pipeline_section(mode, data_dir):
+    """Section 1: Cifar10DataSet against the original tutorial's pipeline (input_benchmark)."""
+    from cifar10_estimator import input_benchmark
+
+    def report(round_index, original, dataset):
+        _say("input round %d: original %.0f examples/sec, Cifar10DataSet %.0f examples/sec"
+             % (round_index + 1, original.examples_per_sec, dataset.examples_per_sec))
+
+    comparison = input_benchmark.compare_input_pipelines(
+        data_dir, mode.batch_size, mode.input_batches, mode.input_rounds,
+        mode.input_warmup_batches, report)
+    return {
+        "batch_size": mode.batch_size,
+        "original_examples_per_sec": [m.examples_per_sec for m in comparison.original],
+        "dataset_examples_per_sec": [m.examples_per_sec for m in comparison.dataset],
+        "original_cpu_ms_per_batch": input_benchmark.mean_cpu_ms_per_batch(comparison.original),
+        "dataset_cpu_ms_per_batch": input_benchmark.mean_cpu_ms_per_batch(comparison.dataset),
+    }
+
+
+def flops_section(mode):
+    """Section 6 (counts): FLOPs per example of each measured depth."""
+    from cifar10_estimator import benchmark_flops
+
+    counts = {}
+    for depth in mode.depths:
+        counts[str(depth)] = benchmark_flops.count_model_flops(depth, mode.batch_size)
+        _say("ResNet-%d: %.1f MFLOPs/example forward, %.1f MFLOPs/example per training step, "
+             "%d trainable parameters"
+             % (depth, counts[str(depth)]["forward_flops_per_example"] / 1e6,
+                counts[str(depth)]["train_step_flops_per_example"] / 1e6,
+                counts[str(depth)]["trainable_parameters"]))
+    return counts
+
+
+def training_runs(depth, batch_size):
+    """The runs compared at one depth: real data, the ceiling, Keras, two towers."""
+    from cifar10_estimator.benchmark_training import TrainingRun
+
+    return [
+        TrainingRun("estimator_tfrecords", "estimator", depth, batch_size),
+        TrainingRun("estimator_synthetic", "estimator", depth, batch_size, data="synthetic"),
+        TrainingRun("keras_fit", "keras", depth, batch_size),
+        TrainingRun("estimator_synthetic_2_towers", "estimator", depth, batch_size,
+                    data="synthetic", num_cpu_towers=2),
+    ]
+
+
+def training_section(mode, data_dir, work_dir):
+    """Sections 2-4 and 6 (memory): the runs of each depth interleaved, once per round."""
+    from cifar10_estimator import benchmark_training
+
+    jobs_dir = os.path.join(work_dir, "jobs")
+    os.makedirs(jobs_dir, exist_ok=True)
+    section = {"warmup_steps": mode.warmup_steps, "timed_steps": mode.timed_steps,
+               "rounds": mode.training_rounds, "batch_size": mode.batch_size,
+               "steps_per_turn": benchmark_training.LOG_EVERY_N_STEPS, "runs": []}
+    for depth in mode.depths:
+        runs = training_runs(depth, mode.batch_size)
+        rounds = []
+        for round_index in range(mode.training_rounds):
+            rounds.append(benchmark_training.measure_interleaved(
+                runs, data_dir, jobs_dir, mode.warmup_steps, mode.timed_steps,
+                _turn_reporter(round_index)))
+        for run in runs:
+            measured = [measurements[run.name] for measurements in rounds]
+            entry = dataclasses.asdict(run)
+            entry.update({
+                "description": run.description(),
+                "examples_per_sec": [m.examples_per_sec for m in measured],
+                "median_examples_per_sec": statistics.median(m.examples_per_sec
+                                                             for m in measured),
+                "interval_examples_per_sec": [m.interval_examples_per_sec for m in measured],
+                "background_cpu_shares": [m.background_cpu_shares for m in measured],
+                "mean_background_cpu_share": _mean([m.mean_background_cpu_share
+                                                    for m in measured]),
+                "process_cpu_secs": [m.cpu_secs for m in measured],
+                "max_rss_mb": max(m.max_rss_mb for m in measured),
+            })
+            entry.update({key: value for key, value in measured[0].details.items()
+                          if key in ("trainable_parameters", "input")})
+            section["runs"].append(entry)
+    return section
+
+
+def _turn_reporter(round_index):
+    def report(turn, run, examples_per_sec, background_share):
+        _say("training round %d turn %2d: ResNet-%d %-29s %7.1f examples/sec (others used %s "
+             "of the CPU)" % (round_index + 1, turn + 1, run.num_layers, run.name,
+                              examples_per_sec, _percent(background_share)))
+    return report
+
+
+def _mean(values):
+    known = [value for value in values if value is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _run(results, name, depth):
+    for run in results["training"]["runs"]:
+        if run["name"] == name and run["num_layers"] == depth:
+            return run
+    raise KeyError((name, depth))
+
+
+def turn_ratios(numerator, denominator):
+    """numerator's / denominator's examples/sec in each turn, run back to back, all rounds."""
+    return [a / b for rates_a, rates_b in zip(numerator["interval_examples_per_sec"],
+                                              denominator["interval_examples_per_sec"])
+            for a, b in zip(rates_a, rates_b)]
+
+
+def _ratio_statistics(ratios):
+    """Median and interquartile range of paired ratios."""
+    quartiles = (statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1
+                 else [ratios[0]] * 3)
+    return {"ratio": statistics.median(ratios), "ratio_q25": quartiles[0],
+            "ratio_q75": quartiles[2], "pairs": len(ratios)}
+
+
+def comparisons(results):
+    """The ratios the targets are about: medians of paired ratios (turns, or rounds)."""
+    rows = []
+
+    def add(key, what, ratios, **extra):
+        row = {"key": key, "what": what, "target": TARGETS.get(key)}
+        row.update(_ratio_statistics(ratios))
+        row["met"] = row["ratio"] >= TARGETS[key] if key in TARGETS else None
+        row.update(extra)
+        rows.append(row)
+
+    pipeline = results["input_pipeline"]
+    add("input_pipeline_vs_original", "Cifar10DataSet / original input pipeline (batches/sec)",
+        [a / b for a, b in zip(pipeline["dataset_examples_per_sec"],
+                               pipeline["original_examples_per_sec"])])
+    for depth in results["settings"]["depths"]:
+        real = _run(results, "estimator_tfrecords", depth)
+        synthetic = _run(results, "estimator_synthetic", depth)
+        keras = _run(results, "keras_fit", depth)
+        towers = _run(results, "estimator_synthetic_2_towers", depth)
+        add("real_data_vs_synthetic", "ResNet-%d: TFRecords / synthetic ceiling" % depth,
+            turn_ratios(real, synthetic), num_layers=depth)
+        add("estimator_vs_keras", "ResNet-%d: Estimator (TFRecords) / Keras model.fit" % depth,
+            turn_ratios(real, keras), num_layers=depth,
+            same_parameter_count=keras.get("trainable_parameters")
+            == results["flops"][str(depth)]["trainable_parameters"])
+        add("two_towers_vs_one", "ResNet-%d: 2 CPU towers / 1 tower (synthetic, same global "
+            "batch)" % depth, turn_ratios(towers, synthetic), num_layers=depth)
+    conversion = results["conversion"]
+    add("conversion_vs_original", "generate_tfrecords / original conversion (images/sec)",
+        [original / package for original, package in zip(conversion["original"]["seconds"],
+                                                          conversion["package"]["seconds"])])
+    return rows
+
+
+def console_main():
+    sys.exit(cli.run_command(main, prog=PROG))
+
+
+if __name__ == "__main__":
+    console_main()

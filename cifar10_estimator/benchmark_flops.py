@@ -1,0 +1,84 @@
+"""Model FLOPs per example, counted from the graph by TensorFlow's profiler (float_operation).
+
+The profiler sums the `flops` statistic TensorFlow registers per op type (convolutions,
+their gradients, matmuls, element-wise arithmetic) over every op of a graph with fully
+defined shapes. Op types without a registered statistic (batch norm and its gradient,
+ReLU and its gradient, padding, the optimizer's apply ops) count zero; they are listed
+so the count's scope is explicit. Both graphs hold variable initializers, a few
+hundred thousand FLOPs in total, which is negligible after dividing by the batch.
+"""
+
+import tensorflow as tf
+from tensorflow.python.framework import ops
+
+from cifar10_estimator import cifar10_model
+from cifar10_estimator import model_fn
+from cifar10_estimator import tfrecord_format
+
+# Op types that do per-element work on activations but have no registered FLOPs.
+_UNCOUNTED_COMPUTE_OP_TYPES = (
+    "FusedBatchNormV3", "FusedBatchNormGradV3", "Relu", "ReluGrad", "Pad",
+    "SparseSoftmaxCrossEntropyWithLogits", "ResourceApplyMomentum")
+
+
+def _graph_flops(graph):
+    options = tf.compat.v1.profiler.ProfileOptionBuilder(
+        tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    ).with_empty_output().build()
+    return tf.compat.v1.profiler.profile(graph, options=options).total_float_ops
+
+
+def _uncounted_op_types(graph):
+    uncounted = set()
+    for op in graph.get_operations():
+        if op.type not in _UNCOUNTED_COMPUTE_OP_TYPES:
+            continue
+        try:
+            statistic = ops.get_stats_for_node_def(graph, op.node_def, "flops")
+        except ValueError:
+            statistic = None
+        if statistic is None or statistic.value is None:
+            uncounted.add(op.type)
+    return sorted(uncounted)
+
+
+def _image_batch(batch_size):
+    return tf.compat.v1.placeholder(tf.float32, [batch_size, tfrecord_format.HEIGHT,
+                                                 tfrecord_format.WIDTH, tfrecord_format.DEPTH])
+
+
+def count_model_flops(num_layers, batch_size, data_format="channels_last"):
+    """FLOPs per example of the ResNet's inference forward pass and of one training step.
+
+    The training step is the package's own model_fn graph (one tower): forward, loss with
+    weight decay, gradients, momentum update, summaries.
+
+    Returns:
+      dict with forward_flops_per_example, train_step_flops_per_example,
+      trainable_parameters and uncounted_op_types.
+    """
+    with tf.Graph().as_default() as forward_graph:
+        model = cifar10_model.ResNetCifar10(
+            num_layers, is_training=False, batch_norm_decay=0.997, batch_norm_epsilon=1e-5,
+            data_format=data_format)
+        model.forward_pass(_image_batch(batch_size), input_data_format="channels_last")
+        forward_flops = _graph_flops(forward_graph)
+
+    with tf.Graph().as_default() as train_graph:
+        hparams = model_fn.HParams(num_layers=num_layers, train_batch_size=batch_size,
+                                   data_format=data_format)
+        build_model = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(0), hparams)
+        labels = tf.compat.v1.placeholder(tf.int32, [batch_size])
+        build_model([_image_batch(batch_size)], [labels], tf.estimator.ModeKeys.TRAIN, None)
+        trainable_parameters = sum(variable.shape.num_elements()
+                                   for variable in tf.compat.v1.trainable_variables())
+        train_flops = _graph_flops(train_graph)
+        uncounted = _uncounted_op_types(train_graph)
+
+    return {
+        "num_layers": num_layers,
+        "forward_flops_per_example": forward_flops / batch_size,
+        "train_step_flops_per_example": train_flops / batch_size,
+        "trainable_parameters": trainable_parameters,
+        "uncounted_op_types": uncounted,
+    }

@@ -1,0 +1,174 @@
+"""What a user would pick instead: the same ResNet trained with Keras `model.fit` (TF2).
+
+`keras_resnet` mirrors cifar10_model.ResNetCifar10 layer for layer (3x3 conv, three
+stages of conv-bn-relu-conv-bn units with option-A shortcuts, global average pooling,
+a dense layer with the original's 11 outputs), so its trainable parameters equal ours.
+The loss is the same: sparse cross entropy plus weight_decay x sum of l2_loss over all
+trainable variables, minimised by SGD with momentum on the same piecewise-constant
+learning rate. The data are the same too: Cifar10DataSet's tf.data batches, read from
+the same TFRecords with the same augmentation. Run as a child process of the benchmark,
+so eager Keras never shares a process with the graph-mode Estimator:
+
+    python -m cifar10_estimator.benchmark_keras --data-dir DIR --num-layers 20 \
+        --batch-size 128 --steps 130
+
+Every 10 steps it prints the trainer's ExamplesPerSecondHook line, so both are timed
+by the same parser (benchmark_training); at the end one line `BENCHMARK_RESULT {json}`
+with the trainable parameter count.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+RESULT_PREFIX = "BENCHMARK_RESULT "
+
+
+def keras_resnet(num_layers, batch_norm_decay=0.997, batch_norm_epsilon=1e-5):
+    """A Keras functional ResNet-(6n+2) equal to ResNetCifar10 in channels_last.
+
+    Raises:
+      ValueError: num_layers is not 6n + 2.
+    """
+    import tensorflow as tf
+
+    from cifar10_estimator import cifar10_model
+
+    layers = tf.keras.layers
+    num_units = cifar10_model.num_units_per_stage(num_layers)
+    def conv(x, filters, stride):
+        padding = "same"
+        if stride > 1:  # explicit symmetric padding, as model_base._conv
+            x = layers.ZeroPadding2D(1)(x)
+            padding = "valid"
+        return layers.Conv2D(filters, 3, stride, padding=padding, use_bias=False,
+                             kernel_initializer=tf.keras.initializers.VarianceScaling(
+                                 scale=2.0, mode="fan_in", distribution="truncated_normal"))(x)
+
+    def batch_norm(x):
+        return layers.BatchNormalization(momentum=batch_norm_decay, epsilon=batch_norm_epsilon)(x)
+
+    def option_a_shortcut(x, in_filter, out_filter, stride):
+        if stride != 1:
+            x = layers.AveragePooling2D(stride, stride, padding="same")(x)
+        if out_filter != in_filter:
+            pad_begin = (out_filter - in_filter) // 2
+            pad_end = out_filter - in_filter - pad_begin
+            x = layers.Lambda(lambda t: tf.pad(t, [[0, 0], [0, 0], [0, 0],
+                                                   [pad_begin, pad_end]]))(x)
+        return x
+
+    images = tf.keras.Input([32, 32, 3])
+    x = layers.Rescaling(1.0 / 128, offset=-1.0)(images)
+    x = layers.ReLU()(batch_norm(conv(x, cifar10_model.STAGE_FILTERS[0], 1)))
+    in_filter = cifar10_model.STAGE_FILTERS[0]
+    for out_filter, stage_stride in zip(cifar10_model.STAGE_FILTERS, cifar10_model.STAGE_STRIDES):
+        for unit in range(num_units):
+            stride = stage_stride if unit == 0 else 1
+            shortcut = option_a_shortcut(x, in_filter, out_filter, stride)
+            y = layers.ReLU()(batch_norm(conv(x, out_filter, stride)))
+            y = batch_norm(conv(y, out_filter, 1))
+            x = layers.ReLU()(layers.Add()([y, shortcut]))
+            in_filter = out_filter
+    x = layers.GlobalAveragePooling2D()(x)
+    logits = layers.Dense(cifar10_model.ORIGINAL_NUM_CLASSES)(x)
+    return tf.keras.Model(images, logits, name="resnet%d" % num_layers)
+
+
+def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, batch_size,
+                               num_train_examples):
+    """Compile with the Estimator's loss, weight decay, optimizer and learning-rate schedule."""
+    import tensorflow as tf
+
+    from cifar10_estimator import model_fn
+
+    model.add_loss(lambda: weight_decay * tf.add_n(
+        [tf.nn.l2_loss(variable) for variable in model.trainable_weights]))
+    steps_per_epoch = max(1, num_train_examples // batch_size)
+    schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay(
+        [steps_per_epoch * epoch for epoch in model_fn.LEARNING_RATE_BOUNDARY_EPOCHS],
+        [learning_rate * factor for factor in model_fn.LEARNING_RATE_FACTORS])
+    model.compile(
+        optimizer=tf.keras.optimizers.SGD(schedule, momentum=momentum),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"])
+
+
+def _throughput_logger(batch_size, every_n_steps):
+    import tensorflow as tf
+
+    class ThroughputLogger(tf.keras.callbacks.Callback):
+        """Prints ExamplesPerSecondHook's line every every_n_steps batches.
+
+        As the hook does, the clock starts at the end of the first batch and the step
+        count (S) counts the batches since then.
+        """
+
+        def __init__(self):
+            super().__init__()
+            self._start = self._last = None
+            self._steps = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            now = time.perf_counter()
+            if self._start is None:
+                self._start = self._last = now
+                return
+            self._steps += 1
+            if self._steps % every_n_steps == 0:
+                print("Average examples/sec: %g (%g), step = %d" % (
+                    batch_size * self._steps / (now - self._start),
+                    batch_size * every_n_steps / (now - self._last), self._steps), flush=True)
+                self._last = now
+
+    return ThroughputLogger()
+
+
+def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_steps=10,
+                   weight_decay=2e-4, momentum=0.9, learning_rate=0.1):
+    """Train num_steps batches with model.fit, logging throughput like the trainer's hook.
+
+    Returns:
+      dict with trainable_parameters, input and tensorflow_version.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from cifar10_estimator import cifar10
+
+    data_set = cifar10.Cifar10DataSet(data_dir, "train", use_distortion=True)
+    model = keras_resnet(num_layers)
+    compile_like_the_estimator(model, weight_decay, momentum, learning_rate, batch_size,
+                               data_set.num_examples)
+    model.fit(data_set.make_dataset(batch_size), epochs=1, steps_per_epoch=num_steps,
+              callbacks=[_throughput_logger(batch_size, log_every_n_steps)], verbose=0)
+    return {
+        "trainable_parameters": int(sum(np.prod(weight.shape)
+                                        for weight in model.trainable_weights)),
+        "input": "Cifar10DataSet tf.data from the TFRecords",
+        "tensorflow_version": tf.__version__,
+    }
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m cifar10_estimator.benchmark_keras",
+        description="Steady-state examples/sec of the ResNet under Keras model.fit.")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--num-layers", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=130)
+    return parser
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    result = train_with_fit(args.data_dir, args.num_layers, args.batch_size, args.steps)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    main(sys.argv[1:])

@@ -1,0 +1,180 @@
+"""The machine a benchmark runs on: CPU model, cores, clock, and its FP32 peak in FLOP/s.
+
+The peak is derived, not measured: cores x clock x FP32 FLOPs per cycle per core, where
+FLOPs per cycle follow from the widest vector ISA in /proc/cpuinfo's flags and assume
+two vector FMA pipes per core (true of Intel since Haswell and AMD since Zen 2):
+  avx512f           2 pipes x 16 lanes x 2 (multiply + add) = 64
+  avx2 and fma      2 pipes x  8 lanes x 2                  = 32
+  avx               8-lane add + 8-lane multiply            = 16
+  sse2              4-lane add + 4-lane multiply            =  8
+The clock is cpufreq's maximum where the kernel exposes it, else the `cpu MHz` that
+/proc/cpuinfo reports (on a VM, the host's nominal clock).
+"""
+
+import datetime
+import os
+import platform
+import resource
+import time
+
+CPUINFO_PATH = "/proc/cpuinfo"
+CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
+
+# (required flags, FP32 FLOPs per cycle per core, name), widest first.
+_ISA_FLOPS_PER_CYCLE = (
+    (("avx512f", "fma"), 64, "AVX-512 with FMA"),
+    (("avx2", "fma"), 32, "AVX2 with FMA"),
+    (("avx",), 16, "AVX"),
+    (("sse2",), 8, "SSE2"),
+)
+
+
+def _read_cpuinfo(path=CPUINFO_PATH):
+    """List of dicts, one per logical CPU, of /proc/cpuinfo's `key : value` lines."""
+    processors, current = [], {}
+    try:
+        with open(path) as stream:
+            for line in stream:
+                if not line.strip():
+                    if current:
+                        processors.append(current)
+                    current = {}
+                    continue
+                key, _, value = line.partition(":")
+                current[key.strip()] = value.strip()
+    except OSError:
+        return []
+    if current:
+        processors.append(current)
+    return processors
+
+
+def _clock_mhz(processors):
+    try:
+        with open(CPUFREQ_MAX_PATH) as stream:
+            return int(stream.read()) / 1000.0, "cpufreq maximum"
+    except (OSError, ValueError):
+        pass
+    clocks = [float(cpu["cpu MHz"]) for cpu in processors if "cpu MHz" in cpu]
+    if clocks:
+        return max(clocks), "cpu MHz in /proc/cpuinfo"
+    return None, "unknown"
+
+
+def _usable_cores(processors):
+    """Physical cores this process may run on: distinct (package, core) pairs in its affinity."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = set()
+    for index, cpu in enumerate(processors):
+        logical_id = int(cpu.get("processor", index))
+        if allowed is not None and logical_id not in allowed:
+            continue
+        cores.add((cpu.get("physical id", "0"), cpu.get("core id", str(logical_id))))
+    if cores:
+        return len(cores)
+    return len(allowed) if allowed else (os.cpu_count() or 1)
+
+
+def fp32_flops_per_cycle(flags):
+    """(FP32 FLOPs per cycle per core, ISA name) from a set of cpuinfo flags."""
+    for required, flops, name in _ISA_FLOPS_PER_CYCLE:
+        if all(flag in flags for flag in required):
+            return flops, name
+    return 2, "scalar"
+
+
+def describe_machine():
+    """Dict describing this machine, with its derived FP32 peak (None if the clock is unknown)."""
+    import tensorflow as tf
+
+    processors = _read_cpuinfo()
+    first = processors[0] if processors else {}
+    flags = set(first.get("flags", "").split())
+    flops_per_cycle, isa = fp32_flops_per_cycle(flags)
+    clock_mhz, clock_source = _clock_mhz(processors)
+    cores = _usable_cores(processors)
+    peak = cores * clock_mhz * 1e6 * flops_per_cycle if clock_mhz else None
+    return {
+        "cpu_model": first.get("model name", platform.processor() or "unknown"),
+        "logical_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "physical_cores": cores,
+        "clock_mhz": clock_mhz,
+        "clock_source": clock_source,
+        "vector_isa": isa,
+        "fp32_flops_per_cycle_per_core": flops_per_cycle,
+        "fp32_peak_gflops": peak / 1e9 if peak else None,
+        "fp32_peak_derivation": (
+            "%d cores x %.0f MHz x %d FP32 FLOPs/cycle (%s, two FMA pipes assumed)"
+            % (cores, clock_mhz, flops_per_cycle, isa) if clock_mhz else "clock unknown"),
+        "memory_gib": _memory_gib(),
+        "tensorflow_version": tf.__version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _memory_gib():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / float(1 << 30)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def load_average():
+    """The 1-, 5- and 15-minute load averages, or None where the OS has none."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def cpu_busy_secs():
+    """CPU seconds all processors have been busy since boot (None without /proc/stat)."""
+    try:
+        with open("/proc/stat") as stream:
+            fields = [int(value) for value in stream.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle, iowait = fields[3], fields[4]
+    return (sum(fields[:8]) - idle - iowait) / float(os.sysconf("SC_CLK_TCK"))
+
+
+def process_cpu_secs(pid):
+    """CPU seconds (user + system, all threads) process pid has used so far, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as stream:
+            # Fields after the parenthesised command name; utime and stime are 14 and 15.
+            fields = stream.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _own_cpu_secs():
+    """CPU seconds of this process and of its children that were waited for."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+class BackgroundCpuMeter:
+    """CPU time other processes (and the hypervisor's steal) take while we work.
+
+    Started on creation; `share()` is that time since then as a fraction of all cores.
+    Our own time counts this process and the children it has waited for.
+    """
+
+    def __init__(self):
+        self._busy_secs = cpu_busy_secs()
+        self._own_secs = _own_cpu_secs()
+        self._start = time.perf_counter()
+
+    def share(self):
+        """Fraction of all cores' time used by others since the start, or None if unknown."""
+        busy_secs = cpu_busy_secs()
+        if busy_secs is None or self._busy_secs is None:
+            return None
+        others = (busy_secs - self._busy_secs) - (_own_cpu_secs() - self._own_secs)
+        wall = time.perf_counter() - self._start
+        return max(0.0, others) / (wall * (os.cpu_count() or 1))

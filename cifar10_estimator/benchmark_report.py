@@ -1,0 +1,147 @@
+"""The benchmark's results (benchmark.run_benchmarks) as a Markdown report."""
+
+
+def _rounds(values, fmt="%.0f"):
+    return ", ".join(fmt % value for value in values)
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _machine_lines(results):
+    machine = results["machine"]
+    peak = machine["fp32_peak_gflops"]
+    return [
+        "- Command: `%s`" % results["command"],
+        "- Date: %s; took %.1f min" % (machine["date"], results["duration_secs"] / 60),
+        "- CPU: %s, %d physical cores usable (%d logical CPUs), %s MHz (%s), %s"
+        % (machine["cpu_model"], machine["physical_cores"], machine["logical_cpus"],
+           "%.0f" % machine["clock_mhz"] if machine["clock_mhz"] else "unknown",
+           machine["clock_source"], machine["vector_isa"]),
+        "- FP32 peak: %s = %s" % ("%.1f GFLOP/s" % peak if peak else "unknown",
+                                  machine["fp32_peak_derivation"]),
+        "- Memory: %.0f GiB; TensorFlow %s; Python %s; %s"
+        % (machine["memory_gib"] or 0, machine["tensorflow_version"],
+           machine["python_version"], machine["platform"]),
+        "- Load average (1/5/15 min, the benchmark's own runs included) at start %s, at end "
+        "%s; other processes took %s of the CPU time while it ran"
+        % (_load(results["load_average_start"]), _load(results["load_average_end"]),
+           "unknown" if results["background_cpu_share"] is None
+           else "%.0f %%" % (100 * results["background_cpu_share"])),
+    ]
+
+
+def _load(values):
+    return " / ".join("%.2f" % value for value in values) if values else "unknown"
+
+
+def _targets_table(results):
+    rows = []
+    for row in results["comparisons"]:
+        target = "-" if row["target"] is None else "≥ %.2f" % row["target"]
+        met = "-" if row["met"] is None else ("yes" if row["met"] else "**no**")
+        rows.append([row["what"], "%.3f" % row["ratio"],
+                     "%.3f-%.3f" % (row["ratio_q25"], row["ratio_q75"]), row["pairs"],
+                     target, met])
+    return _table(["Comparison", "Ratio (median)", "Interquartile range", "Pairs", "Target",
+                   "Met"], rows)
+
+
+def _training_table(results):
+    peak = results["machine"]["fp32_peak_gflops"]
+    rows = []
+    for run in results["training"]["runs"]:
+        flops = results["flops"][str(run["num_layers"])]["train_step_flops_per_example"]
+        achieved_gflops = flops * run["median_examples_per_sec"] / 1e9
+        background = run["mean_background_cpu_share"]
+        rows.append([
+            "ResNet-%d" % run["num_layers"], run["description"],
+            _rounds(run["examples_per_sec"], "%.1f"), "%.1f" % run["median_examples_per_sec"],
+            "-" if background is None else "%.0f" % (100 * background),
+            "%.1f" % achieved_gflops,
+            "%.1f %%" % (100 * achieved_gflops / peak) if peak else "-",
+            "%.0f" % run["max_rss_mb"], _rounds(run["process_cpu_secs"])])
+    return _table(["Model", "Run", "examples/sec per round", "Median",
+                   "Others' CPU %", "GFLOP/s", "of FP32 peak", "Peak RSS MB",
+                   "Process CPU s per round"], rows)
+
+
+def _input_table(results):
+    section = results["input_pipeline"]
+    return _table(["Pipeline", "examples/sec per round", "CPU ms/batch"], [
+        ["original tutorial (per-record map, shuffle buffer)",
+         _rounds(section["original_examples_per_sec"]),
+         "%.2f" % section["original_cpu_ms_per_batch"]],
+        ["Cifar10DataSet", _rounds(section["dataset_examples_per_sec"]),
+         "%.2f" % section["dataset_cpu_ms_per_batch"]],
+    ])
+
+
+def _conversion_table(results):
+    section = results["conversion"]
+    rows = []
+    for way, label in (("original", "original (extractall, one tf.train.Example per image)"),
+                       ("package", "generate_tfrecords.convert (MD5 check included)")):
+        rows.append([label, _rounds(section[way]["seconds"], "%.2f"),
+                     _rounds(section[way]["cpu_seconds"], "%.2f"),
+                     "%.0f" % section[way]["median_images_per_sec"]])
+    return _table(["Way", "seconds per round", "CPU seconds", "Median images/sec"], rows)
+
+
+def _flops_table(results):
+    rows = []
+    for depth, counts in sorted(results["flops"].items(), key=lambda item: int(item[0])):
+        keras = [run for run in results["training"]["runs"]
+                 if run["name"] == "keras_fit" and str(run["num_layers"]) == depth]
+        keras_parameters = keras[0].get("trainable_parameters", "-") if keras else "-"
+        rows.append(["ResNet-%s" % depth, "%.1f" % (counts["forward_flops_per_example"] / 1e6),
+                     "%.1f" % (counts["train_step_flops_per_example"] / 1e6),
+                     "%d / %s" % (counts["trainable_parameters"], keras_parameters),
+                     ", ".join(counts["uncounted_op_types"]) or "-"])
+    return _table(["Model", "Forward MFLOPs/example", "Training step MFLOPs/example",
+                   "Trainable parameters (ours / Keras)", "Op types counted as 0"], rows)
+
+
+def markdown(results):
+    """The report: machine, targets, then one table per section."""
+    training = results["training"]
+    conversion = results["conversion"]
+    parts = [
+        "# cifar10_estimator benchmark (%s)" % results["mode"], "",
+        "\n".join(_machine_lines(results)), "",
+        "## Targets", "", _targets_table(results), "",
+        "## Training throughput", "",
+        "Batch %d, CPU only (`--num-gpus 0`). The runs of one model are child processes "
+        "started together; after %d warm-up steps each is paused, then they take turns of "
+        "%d steps (A B C D, D C B A, ...) while the others stay paused, %d timed steps each "
+        "per round, %d round(s) with fresh processes. Start-up, graph building, warm-up, "
+        "the final checkpoint and evaluation are never timed. A ratio above is the median "
+        "of per-turn ratios of turns run back to back, so load on a shared machine falls on "
+        "both sides alike. Others' CPU: share of all cores other processes (and hypervisor "
+        "steal) took during the run's turns. GFLOP/s = training-step FLOPs per example "
+        "(below) x median examples/sec. Keras: TF2 `model.fit` of a functional copy of the "
+        "same ResNet (same parameter count, loss, weight decay, momentum and learning rate) "
+        "on the same Cifar10DataSet batches (tf.data from the same TFRecords)."
+        % (training["batch_size"], training["warmup_steps"], training["steps_per_turn"],
+           training["timed_steps"], training["rounds"]), "",
+        _training_table(results), "",
+        "## Input pipeline", "",
+        "Train batches of %d with augmentation, graph mode, same file; original and "
+        "Cifar10DataSet alternated." % results["input_pipeline"]["batch_size"], "",
+        _input_table(results), "",
+        "## TFRecord conversion", "",
+        "%d random images in an official-format archive (%.0f MB, Python 2 pickles); both ways "
+        "extract and write train/validation/eval; same examples written both ways: %s."
+        % (conversion["num_images"], conversion["archive_bytes"] / 1e6,
+           "yes" if conversion["same_examples_both_ways"] else "**no**"), "",
+        _conversion_table(results), "",
+        "## Model FLOPs", "",
+        "Counted by `tf.compat.v1.profiler` (float_operation) on the inference graph and on "
+        "the package's one-tower training graph; op types without a registered FLOPs "
+        "statistic count 0.", "",
+        _flops_table(results), "",
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,90 @@
+"""The benchmark CLI end to end (--smoke): it runs every section and writes its report.
+
+No speed is asserted: the figures depend on the machine and its load.
+"""
+
+import json
+
+import pytest
+
+from cli_helpers import run_module
+
+pytestmark = pytest.mark.slow
+
+SECTIONS = ("machine", "conversion", "input_pipeline", "flops", "training", "comparisons")
+TARGET_KEYS = {"input_pipeline_vs_original", "real_data_vs_synthetic", "estimator_vs_keras",
+               "two_towers_vs_one", "conversion_vs_original"}
+RUN_NAMES = {"estimator_tfrecords", "estimator_synthetic", "keras_fit",
+             "estimator_synthetic_2_towers"}
+
+
+@pytest.fixture(scope="module")
+def smoke_report(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("benchmark")
+    result = run_module("cifar10_estimator.benchmark", ["--smoke", "--output-dir", output_dir],
+                        timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    with open(str(output_dir / "benchmark.json")) as stream:
+        results = json.load(stream)
+    markdown = (output_dir / "benchmark.md").read_text()
+    return result, results, markdown
+
+
+def test_json_has_every_section_and_the_command(smoke_report):
+    _, results, _ = smoke_report
+    assert set(SECTIONS) <= set(results)
+    assert results["mode"] == "smoke"
+    assert results["command"].startswith("python -m cifar10_estimator.benchmark --smoke")
+    machine = results["machine"]
+    assert machine["tensorflow_version"] and machine["cpu_model"] and machine["date"]
+    assert machine["physical_cores"] >= 1
+
+
+def test_every_run_is_measured_with_throughput_and_memory(smoke_report):
+    _, results, _ = smoke_report
+    runs = results["training"]["runs"]
+    assert {run["name"] for run in runs} == RUN_NAMES
+    turns_per_round = results["training"]["timed_steps"] // results["training"]["steps_per_turn"]
+    for run in runs:
+        assert run["median_examples_per_sec"] > 0
+        assert [len(turns) for turns in run["interval_examples_per_sec"]] == [turns_per_round]
+        assert run["max_rss_mb"] > 0
+
+
+def test_keras_copy_has_our_parameter_count(smoke_report):
+    _, results, _ = smoke_report
+    keras_row = [row for row in results["comparisons"] if row["key"] == "estimator_vs_keras"]
+    assert keras_row and all(row["same_parameter_count"] for row in keras_row)
+
+
+def test_flops_are_counted_from_the_graph(smoke_report):
+    _, results, _ = smoke_report
+    counts = results["flops"]["8"]
+    assert 0 < counts["forward_flops_per_example"] < counts["train_step_flops_per_example"]
+
+
+def test_conversion_writes_the_same_examples_both_ways(smoke_report):
+    _, results, _ = smoke_report
+    conversion = results["conversion"]
+    assert conversion["same_examples_both_ways"]
+    assert conversion["package"]["median_images_per_sec"] > 0
+    assert conversion["original"]["median_images_per_sec"] > 0
+
+
+def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
+    _, results, markdown = smoke_report
+    rows = {row["key"]: row for row in results["comparisons"]}
+    assert set(rows) == TARGET_KEYS
+    for key, row in rows.items():
+        assert row["ratio_q25"] <= row["ratio"] <= row["ratio_q75"]
+        assert (row["met"] is None) == (key == "input_pipeline_vs_original")
+    for heading in ("## Targets", "## Training throughput", "## Input pipeline",
+                    "## TFRecord conversion", "## Model FLOPs"):
+        assert heading in markdown
+    assert results["command"] in markdown
+
+
+def test_modes_are_exclusive():
+    result = run_module("cifar10_estimator.benchmark", ["--smoke", "--full"])
+    assert result.returncode == 2
+    assert "not allowed with" in result.stderr
