@@ -101,19 +101,10 @@ def build_parser():
     return parser
 
 
-def _quiet_tensorflow():
-    # Graph building for the FLOPs count logs deprecation notices that are not ours.
-    # Must run before TensorFlow is imported for the C++ log level to apply.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    import tensorflow as tf
-    from tensorflow.python.util import deprecation
-    deprecation._PRINT_DEPRECATION_WARNINGS = False
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
-
-
 def main(argv):
     args = build_parser().parse_args(argv)
-    _quiet_tensorflow()
+    # Graph building for the FLOPs count logs notices that are not the benchmark's.
+    cli.quiet_tensorflow_logs("1", "ERROR")
     mode = MODES[args.mode]
     command = " ".join([PROG] + [shlex.quote(arg) for arg in argv])
     os.makedirs(args.output_dir, exist_ok=True)
@@ -257,6 +248,10 @@ def training_runs(depth, batch_size):
         TrainingRun("estimator_tfrecords", "estimator", depth, batch_size),
         TrainingRun("estimator_synthetic", "estimator", depth, batch_size, data="synthetic"),
         TrainingRun("keras_fit", "keras", depth, batch_size),
+        # The trainer turns on TensorFlow's pooling CPU allocator (main.py); Keras with the
+        # same allocator is the fair opponent, Keras with TF defaults what users often run.
+        TrainingRun("keras_fit_pooling_allocator", "keras", depth, batch_size,
+                    extra_env=(("TF_CPU_ALLOCATOR_USE_BFC", "true"),)),
         TrainingRun("estimator_synthetic_2_towers", "estimator", depth, batch_size,
                     data="synthetic", num_cpu_towers=2),
     ]
@@ -353,13 +348,18 @@ def comparisons(results):
         real = _run(results, "estimator_tfrecords", depth)
         synthetic = _run(results, "estimator_synthetic", depth)
         keras = _run(results, "keras_fit", depth)
+        keras_pooling = _run(results, "keras_fit_pooling_allocator", depth)
         towers = _run(results, "estimator_synthetic_2_towers", depth)
         add("real_data_vs_synthetic", "ResNet-%d: TFRecords / synthetic ceiling" % depth,
             turn_ratios(real, synthetic), num_layers=depth)
-        add("estimator_vs_keras", "ResNet-%d: Estimator (TFRecords) / Keras model.fit" % depth,
-            turn_ratios(real, keras), num_layers=depth,
-            same_parameter_count=keras.get("trainable_parameters")
-            == results["flops"][str(depth)]["trainable_parameters"])
+        same_parameter_count = (keras.get("trainable_parameters")
+                                == results["flops"][str(depth)]["trainable_parameters"])
+        add("estimator_vs_keras", "ResNet-%d: Estimator (TFRecords) / Keras model.fit, same "
+            "CPU allocator" % depth, turn_ratios(real, keras_pooling), num_layers=depth,
+            same_parameter_count=same_parameter_count)
+        add("estimator_vs_keras_tf_defaults", "ResNet-%d: Estimator (TFRecords) / Keras "
+            "model.fit, TensorFlow's default allocator" % depth, turn_ratios(real, keras),
+            num_layers=depth, same_parameter_count=same_parameter_count)
         add("two_towers_vs_one", "ResNet-%d: 2 CPU towers / 1 tower (synthetic, same global "
             "batch)" % depth, turn_ratios(towers, synthetic), num_layers=depth)
     conversion = results["conversion"]

@@ -6,8 +6,8 @@ pickles of uint8 [10000, 3072] images) and write train/validation/eval TFRecords
     safe extraction, restricted unpickling, records serialized from numpy arrays);
   - original: tarfile extractall, pickle.load, then one tf.train.Example per image built
     and serialized in a Python loop, as generate_cifar10_tfrecords.py did.
-The archive is built here (random images, so it is as large as the real one and does not
-compress) because the benchmark must run from an installed package, without the tests.
+The archive comes from synthetic_archive (random images: as large as the real one, and
+incompressible), so the benchmark runs from an installed package, without the tests.
 """
 
 import dataclasses

@@ -20,6 +20,9 @@ import time
 CPUINFO_PATH = "/proc/cpuinfo"
 CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
 
+# Environment variables that change TensorFlow's CPU speed, recorded with the results.
+_PERFORMANCE_VARIABLE_PREFIXES = ("TF_", "OMP_", "KMP_", "MALLOC_", "ONEDNN_", "DNNL_")
+
 # (required flags, FP32 FLOPs per cycle per core, name), widest first.
 _ISA_FLOPS_PER_CYCLE = (
     (("avx512f", "fma"), 64, "AVX-512 with FMA"),
@@ -111,6 +114,9 @@ def describe_machine():
         "tensorflow_version": tf.__version__,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
+        "performance_environment": {
+            name: value for name, value in sorted(os.environ.items())
+            if name.startswith(_PERFORMANCE_VARIABLE_PREFIXES)},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 

@@ -116,7 +116,7 @@ def markdown(results):
         "## Training throughput", "",
         "Batch %d, CPU only (`--num-gpus 0`). The runs of one model are child processes "
         "started together; after %d warm-up steps each is paused, then they take turns of "
-        "%d steps (A B C D, D C B A, ...) while the others stay paused, %d timed steps each "
+        "%d steps (in order, then in reverse order, ...) while the others stay paused, %d timed steps each "
         "per round, %d round(s) with fresh processes. Start-up, graph building, warm-up, "
         "the final checkpoint and evaluation are never timed. A ratio above is the median "
         "of per-turn ratios of turns run back to back, so load on a shared machine falls on "
@@ -124,7 +124,9 @@ def markdown(results):
         "steal) took during the run's turns. GFLOP/s = training-step FLOPs per example "
         "(below) x median examples/sec. Keras: TF2 `model.fit` of a functional copy of the "
         "same ResNet (same parameter count, loss, weight decay, momentum and learning rate) "
-        "on the same Cifar10DataSet batches (tf.data from the same TFRecords)."
+        "on the same Cifar10DataSet batches (tf.data from the same TFRecords), once with "
+        "TensorFlow's default CPU allocator and once with TF_CPU_ALLOCATOR_USE_BFC=true, the "
+        "pooling allocator the trainer turns on."
         % (training["batch_size"], training["warmup_steps"], training["steps_per_turn"],
            training["timed_steps"], training["rounds"]), "",
         _training_table(results), "",

@@ -101,3 +101,12 @@ def test_data_dir_without_train_file_names_the_file(tmp_path):
 def test_data_dir_flag_is_required_without_synthetic_data(tmp_path):
     result = run_trainer("--job-dir", tmp_path / "job", "--num-gpus", "0")
     assert_one_line_error(result, 2, "--data-dir", "--use-synthetic-data")
+
+
+def test_trainer_pools_cpu_memory_unless_the_user_chose_an_allocator(monkeypatch):
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+    trainer._use_pooling_cpu_allocator()
+    assert trainer.os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
+    trainer._use_pooling_cpu_allocator()
+    assert trainer.os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "false"
