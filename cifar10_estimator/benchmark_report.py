@@ -116,8 +116,8 @@ def markdown(results):
         "## Training throughput", "",
         "Batch %d, CPU only (`--num-gpus 0`). The runs of one model are child processes "
         "started together; after %d warm-up steps each is paused, then they take turns of "
-        "%d steps (in order, then in reverse order, ...) while the others stay paused, %d timed steps each "
-        "per round, %d round(s) with fresh processes. Start-up, graph building, warm-up, "
+        "%d steps (in order, then in reverse order, ...) while the others stay paused, %d "
+        "timed steps each per round, %d round(s) with fresh processes. Start-up, graph building, warm-up, "
         "the final checkpoint and evaluation are never timed. A ratio above is the median "
         "of per-turn ratios of turns run back to back, so load on a shared machine falls on "
         "both sides alike. Others' CPU: share of all cores other processes (and hypervisor "
