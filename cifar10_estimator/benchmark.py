@@ -25,6 +25,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -103,6 +104,9 @@ def build_parser():
 
 def main(argv):
     args = build_parser().parse_args(argv)
+    # `kill` must not leave paused trainers and the work directory behind: SIGTERM
+    # unwinds like Ctrl-C, through the clean-up below and in benchmark_training.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     # Graph building for the FLOPs count logs notices that are not the benchmark's.
     cli.quiet_tensorflow_logs("1", "ERROR")
     mode = MODES[args.mode]

@@ -7,6 +7,8 @@ two vector FMA pipes per core (true of Intel since Haswell and AMD since Zen 2):
   avx2 and fma      2 pipes x  8 lanes x 2                  = 32
   avx               8-lane add + 8-lane multiply            = 16
   sse2              4-lane add + 4-lane multiply            =  8
+except on AMD Zen 4 (cpu family 25 with avx512f), which runs each 512-bit instruction
+as two halves on its two 256-bit FMA pipes: 32, as with AVX2.
 The clock is cpufreq's maximum where the kernel exposes it, else the `cpu MHz` that
 /proc/cpuinfo reports (on a VM, the host's nominal clock).
 """
@@ -30,6 +32,8 @@ _ISA_FLOPS_PER_CYCLE = (
     (("avx",), 16, "AVX"),
     (("sse2",), 8, "SSE2"),
 )
+# (vendor_id, cpu family) of AMD Zen 3 and Zen 4; only Zen 4 has AVX-512, half-width.
+_ZEN4 = ("AuthenticAMD", "25")
 
 
 def _read_cpuinfo(path=CPUINFO_PATH):
@@ -78,10 +82,12 @@ def _usable_cores(processors):
     return len(allowed) if allowed else (os.cpu_count() or 1)
 
 
-def fp32_flops_per_cycle(flags):
-    """(FP32 FLOPs per cycle per core, ISA name) from a set of cpuinfo flags."""
+def fp32_flops_per_cycle(flags, vendor="", family=""):
+    """(FP32 FLOPs per cycle per core, ISA name) from cpuinfo's flags, vendor_id, cpu family."""
     for required, flops, name in _ISA_FLOPS_PER_CYCLE:
         if all(flag in flags for flag in required):
+            if name.startswith("AVX-512") and (vendor, family) == _ZEN4:
+                return flops // 2, name + " on 256-bit pipes (AMD Zen 4)"
             return flops, name
     return 2, "scalar"
 
@@ -93,7 +99,8 @@ def describe_machine():
     processors = _read_cpuinfo()
     first = processors[0] if processors else {}
     flags = set(first.get("flags", "").split())
-    flops_per_cycle, isa = fp32_flops_per_cycle(flags)
+    flops_per_cycle, isa = fp32_flops_per_cycle(
+        flags, first.get("vendor_id", ""), first.get("cpu family", ""))
     clock_mhz, clock_source = _clock_mhz(processors)
     cores = _usable_cores(processors)
     peak = cores * clock_mhz * 1e6 * flops_per_cycle if clock_mhz else None

@@ -4,10 +4,14 @@ No speed is asserted: the figures depend on the machine and its load.
 """
 
 import json
+import os
+import signal
+import subprocess
+import threading
 
 import pytest
 
-from cli_helpers import run_module
+from cli_helpers import run_module, start_module
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +95,45 @@ def test_modes_are_exclusive():
     result = run_module("cifar10_estimator.benchmark", ["--smoke", "--full"])
     assert result.returncode == 2
     assert "not allowed with" in result.stderr
+
+
+def _processes_mentioning(text):
+    """Pids of live processes whose command line contains text."""
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as stream:
+                if text.encode() in stream.read():
+                    pids.append(int(name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
+    process = start_module("cifar10_estimator.benchmark",
+                           ["--smoke", "--output-dir", tmp_path / "out"],
+                           env={"TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    timer = threading.Timer(300, process.kill)
+    timer.start()
+    try:
+        # Once a training turn is reported, trainers are running (and some paused).
+        for line in process.stdout:
+            if line.startswith("training round"):
+                break
+        assert _processes_mentioning(str(tmp_path)) != [process.pid]
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        timer.cancel()
+    leftovers = _processes_mentioning(str(tmp_path))
+    for pid in leftovers:  # so that a failure here does not leave them to the next tests
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == []
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert "interrupted" in stderr
+    assert not [name for name in os.listdir(str(tmp_path))
+                if name.startswith("cifar10_benchmark_")]
+    assert not (tmp_path / "out" / "benchmark.json").exists()
