@@ -290,7 +290,8 @@ def training_section(mode, data_dir, work_dir):
                 "mean_background_cpu_share": _mean([m.mean_background_cpu_share
                                                     for m in measured]),
                 "process_cpu_secs": [m.cpu_secs for m in measured],
-                "max_rss_mb": max(m.max_rss_mb for m in measured),
+                "max_rss_mb": max((m.max_rss_mb for m in measured if m.max_rss_mb is not None),
+                                  default=None),
             })
             entry.update({key: value for key, value in measured[0].details.items()
                           if key in ("trainable_parameters", "input")})

@@ -165,6 +165,27 @@ def process_cpu_secs(pid):
         return None
 
 
+def peak_rss_mb(pid):
+    """Peak resident memory (VmHWM) of live process pid in MB, or None if unreadable.
+
+    Unlike the ru_maxrss that wait4 returns, it does not include what the parent had
+    resident when it started the child: exec records the old address space's peak.
+    """
+    try:
+        with open("/proc/%d/status" % pid) as stream:
+            for line in stream:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def has_exited(pid):
+    """Whether child pid has exited, without reaping it (its status stays for wait4)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
 def _own_cpu_secs():
     """CPU seconds of this process and of its children that were waited for."""
     return sum(usage.ru_utime + usage.ru_stime for usage in (

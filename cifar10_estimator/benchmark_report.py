@@ -63,7 +63,7 @@ def _training_table(results):
             "-" if background is None else "%.0f" % (100 * background),
             "%.1f" % achieved_gflops,
             "%.1f %%" % (100 * achieved_gflops / peak) if peak else "-",
-            "%.0f" % run["max_rss_mb"], _rounds(run["process_cpu_secs"])])
+            "-" if run["max_rss_mb"] is None else "%.0f" % run["max_rss_mb"], _rounds(run["process_cpu_secs"])])
     return _table(["Model", "Run", "examples/sec per round", "Median",
                    "Others' CPU %", "GFLOP/s", "of FP32 peak", "Peak RSS MB",
                    "Process CPU s per round"], rows)

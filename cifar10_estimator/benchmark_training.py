@@ -11,7 +11,8 @@ shared machine (other processes, or neighbours on the host that no counter shows
 on every run alike, interval by interval, and a ratio is the median of the ratios of
 intervals run back to back. An interval's time is the child's own minus the time it
 was paused within it. Start-up, graph building, warm-up steps, the final checkpoint,
-evaluation and export are never timed. Memory is each child's peak RSS (ru_maxrss).
+evaluation and export are never timed. Memory is each child's peak RSS (VmHWM), read
+until it exits.
 """
 
 import collections
@@ -39,6 +40,8 @@ LOG_EVERY_N_STEPS = 10
 # evaluated once (train_and_evaluate always evaluates it); no evaluation mid-run.
 NO_EVAL_UNTIL_THE_END_SECS = 10 ** 9
 EVAL_BATCH_SIZE = 100
+# How often to read the children's peak memory while they finish.
+MEMORY_SAMPLE_SECS = 0.05
 # How long to wait for a run's next logged interval before giving up.
 LINE_TIMEOUT_SECS = 3600
 
@@ -153,6 +156,7 @@ class _Child:
                                         env=env, universal_newlines=True, bufsize=1)
         self.paused_at = None
         self.last_step = 0
+        self.max_rss_mb = None
         self._events = events
         self._thread = threading.Thread(target=self._copy_output, daemon=True)
         self._thread.start()
@@ -177,15 +181,22 @@ class _Child:
         self.paused_at = None
         return paused_secs
 
+    def sample_memory(self):
+        """Update max_rss_mb from the process's peak so far; False once it has exited."""
+        if benchmark_machine.has_exited(self.process.pid):
+            return False
+        peak = benchmark_machine.peak_rss_mb(self.process.pid)
+        if peak is not None:
+            self.max_rss_mb = max(peak, self.max_rss_mb or 0.0)
+        return True
+
     def finish(self):
-        """Wait for the process; returns (exit status, its CPU seconds, peak RSS in MB)."""
+        """Reap the exited process; returns (exit status, its CPU seconds, peak RSS in MB)."""
         _, status, usage = os.wait4(self.process.pid, 0)
         self.process.returncode = os.waitstatus_to_exitcode(status)
         self._thread.join()
         self.process.stdout.close()
-        # ru_maxrss is in kilobytes on Linux.
-        return (self.process.returncode, usage.ru_utime + usage.ru_stime,
-                usage.ru_maxrss / 1024.0)
+        return self.process.returncode, usage.ru_utime + usage.ru_stime, self.max_rss_mb
 
     def kill(self):
         if self.process.poll() is None:
@@ -268,6 +279,11 @@ class _Interleaving:
         """Resume every child and wait for it; returns [(status, CPU secs, peak RSS MB)]."""
         for child in self.children:
             child.resume()
+        running = list(self.children)
+        while running:
+            # The peak is readable only while a child lives; sample all until each exits.
+            running = [child for child in running if child.sample_memory()]
+            time.sleep(MEMORY_SAMPLE_SECS)
         return [child.finish() for child in self.children]
 
     def kill(self):

@@ -1,8 +1,15 @@
 """How the benchmark derives a CPU's FP32 peak from /proc/cpuinfo."""
 
+import os
+import queue
+import subprocess
+import sys
+import time
+
 import pytest
 
 from cifar10_estimator import benchmark_machine
+from cifar10_estimator import benchmark_training
 
 AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f"}
 AVX2 = {"sse2", "avx", "avx2", "fma"}
@@ -30,3 +37,36 @@ def test_cpuinfo_is_read_per_processor(tmp_path):
     processors = benchmark_machine._read_cpuinfo(str(cpuinfo))
     assert [cpu["processor"] for cpu in processors] == ["0", "1"]
     assert processors[0]["cpu family"] == "25"
+
+
+def _finish(argv, tmp_path):
+    """Run argv as a benchmark child to its end; returns (status, CPU secs, peak RSS MB)."""
+    child = benchmark_training._Child(0, argv, dict(os.environ), str(tmp_path / "log"),
+                                      queue.Queue())
+    while child.sample_memory():
+        time.sleep(benchmark_training.MEMORY_SAMPLE_SECS)
+    return child.finish()
+
+
+def test_a_childs_peak_memory_is_its_own(tmp_path):
+    holds_300_mb = "import time; data = b'x' * (300 << 20); time.sleep(1)"
+    status, _, peak_mb = _finish([sys.executable, "-c", holds_300_mb], tmp_path)
+    assert status == 0
+    assert 300 < peak_mb < 400
+    # A big parent: wait4's ru_maxrss would report the parent's resident size for the
+    # child too, as exec records the peak of the address space it replaces.
+    parent_ballast = b"y" * (600 << 20)
+    status, _, peak_mb = _finish([sys.executable, "-c", "import time; time.sleep(1)"], tmp_path)
+    assert status == 0
+    assert peak_mb < 100, (peak_mb, len(parent_ballast))
+
+
+def test_has_exited_leaves_the_status_to_collect(tmp_path):
+    process = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    while not benchmark_machine.has_exited(process.pid):
+        time.sleep(0.01)
+    assert benchmark_machine.has_exited(process.pid)
+    assert benchmark_machine.peak_rss_mb(process.pid) is None  # an exited child has no memory
+    _, status, _ = os.wait4(process.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 3
+    process.returncode = 3
