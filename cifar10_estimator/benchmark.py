@@ -8,7 +8,8 @@ measurement and the ratios against their targets):
   2. training examples/sec of the real trainer on TFRecords against --use-synthetic-data,
      the ceiling (benchmark_training);
   3. the same ResNet, data and optimisation in Keras model.fit (benchmark_keras);
-  4. 2 logical CPU towers against 1 at the same global batch;
+  4. 2 logical CPU towers against 1 at the same global batch, and the trainer's pooling
+     CPU allocator against TensorFlow's default;
   5. generate_tfrecords against the original conversion, on a 60000-image archive in
      the official format (benchmark_conversion);
   6. FLOPs per example counted from the graph (benchmark_flops) x examples/sec, as a
@@ -245,7 +246,7 @@ def flops_section(mode):
 
 
 def training_runs(depth, batch_size):
-    """The runs compared at one depth: real data, the ceiling, Keras, two towers."""
+    """The runs compared at one depth: real data, the ceiling, Keras, two towers, allocators."""
     from cifar10_estimator.benchmark_training import TrainingRun
 
     return [
@@ -258,6 +259,9 @@ def training_runs(depth, batch_size):
                     extra_env=(("TF_CPU_ALLOCATOR_USE_BFC", "true"),)),
         TrainingRun("estimator_synthetic_2_towers", "estimator", depth, batch_size,
                     data="synthetic", num_cpu_towers=2),
+        # What the trainer's pooling-allocator default buys.
+        TrainingRun("estimator_tfrecords_default_allocator", "estimator", depth, batch_size,
+                    extra_env=(("TF_CPU_ALLOCATOR_USE_BFC", "false"),)),
     ]
 
 
@@ -355,6 +359,7 @@ def comparisons(results):
         keras = _run(results, "keras_fit", depth)
         keras_pooling = _run(results, "keras_fit_pooling_allocator", depth)
         towers = _run(results, "estimator_synthetic_2_towers", depth)
+        default_allocator = _run(results, "estimator_tfrecords_default_allocator", depth)
         add("real_data_vs_synthetic", "ResNet-%d: TFRecords / synthetic ceiling" % depth,
             turn_ratios(real, synthetic), num_layers=depth)
         same_parameter_count = (keras.get("trainable_parameters")
@@ -367,6 +372,9 @@ def comparisons(results):
             num_layers=depth, same_parameter_count=same_parameter_count)
         add("two_towers_vs_one", "ResNet-%d: 2 CPU towers / 1 tower (synthetic, same global "
             "batch)" % depth, turn_ratios(towers, synthetic), num_layers=depth)
+        add("pooling_allocator_vs_default", "ResNet-%d: Estimator (TFRecords), pooling CPU "
+            "allocator / TensorFlow's default" % depth, turn_ratios(real, default_allocator),
+            num_layers=depth)
     conversion = results["conversion"]
     add("conversion_vs_original", "generate_tfrecords / original conversion (images/sec)",
         [original / package for original, package in zip(conversion["original"]["seconds"],

@@ -127,7 +127,8 @@ def markdown(results):
         "same ResNet (same parameter count, loss, weight decay, momentum and learning rate) "
         "on the same Cifar10DataSet batches (tf.data from the same TFRecords), once with "
         "TensorFlow's default CPU allocator and once with TF_CPU_ALLOCATOR_USE_BFC=true, the "
-        "pooling allocator the trainer turns on."
+        "pooling allocator the trainer turns on (TF_CPU_ALLOCATOR_USE_BFC=false turns it "
+        "off). Peak RSS: the process's own high-water mark (VmHWM)."
         % (training["batch_size"], training["warmup_steps"], training["steps_per_turn"],
            training["timed_steps"], training["rounds"]), "",
         _training_table(results), "",

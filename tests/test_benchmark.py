@@ -18,10 +18,12 @@ pytestmark = pytest.mark.slow
 SECTIONS = ("machine", "conversion", "input_pipeline", "flops", "training", "comparisons")
 COMPARISON_KEYS = {"input_pipeline_vs_original", "real_data_vs_synthetic",
                    "estimator_vs_keras", "estimator_vs_keras_tf_defaults", "two_towers_vs_one",
-                   "conversion_vs_original"}
-UNTARGETED_KEYS = {"input_pipeline_vs_original", "estimator_vs_keras_tf_defaults"}
+                   "conversion_vs_original", "pooling_allocator_vs_default"}
+UNTARGETED_KEYS = {"input_pipeline_vs_original", "estimator_vs_keras_tf_defaults",
+                   "pooling_allocator_vs_default"}
 RUN_NAMES = {"estimator_tfrecords", "estimator_synthetic", "keras_fit",
-             "keras_fit_pooling_allocator", "estimator_synthetic_2_towers"}
+             "keras_fit_pooling_allocator", "estimator_synthetic_2_towers",
+             "estimator_tfrecords_default_allocator"}
 
 
 @pytest.fixture(scope="module")
