@@ -41,6 +41,24 @@ _READ_BUFFER_BYTES = 8 << 20
 num_examples_per_epoch = tfrecord_format.num_examples
 
 
+class _NumExamplesPerEpoch:
+    """Cifar10DataSet.num_examples_per_epoch: the original's static call, metadata-aware.
+
+    On the class, num_examples_per_epoch(subset='train', data_dir=None) counts from
+    data_dir's metadata (the defaults without one); on an instance the subset and
+    data_dir default to the instance's own.
+    """
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return num_examples_per_epoch
+
+        def count(subset=None, data_dir=None):
+            return num_examples_per_epoch(subset or instance.subset,
+                                          data_dir or instance.data_dir)
+        return count
+
+
 class Cifar10DataSet:
     """The CIFAR-10 examples of one subset, read from the TFRecords in data_dir.
 
@@ -48,7 +66,7 @@ class Cifar10DataSet:
     epoch (see the module docstring for how this compares with the original).
     """
 
-    num_examples_per_epoch = staticmethod(num_examples_per_epoch)
+    num_examples_per_epoch = _NumExamplesPerEpoch()
 
     def __init__(self, data_dir, subset="train", use_distortion=True):
         """

@@ -101,6 +101,11 @@ def _extract_members(archive_path, wanted, staging):
                             open(os.path.join(staging, wanted[name]), "wb") as destination:
                         shutil.copyfileobj(source, destination, 1 << 20)
                     found.add(name)
+    except tarfile.ReadError:
+        # Its message lists, one line each, every compression tarfile tried.
+        raise Cifar10EstimatorError(
+            "cannot read archive %s: not a tar file (plain, gzip, bzip2 or xz); delete it "
+            "to download it again" % archive_path)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
         raise Cifar10EstimatorError(
             "cannot read archive %s (%s); delete it to download it again"
@@ -176,6 +181,8 @@ def _validated_batch(path, batch):
         if key not in batch:
             raise invalid("no %r entry" % key)
     images = batch[b"data"]
+    if isinstance(images, np.ndarray) and images.ndim == 2 and len(images) == 0:
+        raise invalid("it holds no images")
     if not (isinstance(images, np.ndarray) and images.dtype == np.uint8 and images.ndim == 2
             and images.shape[1] == tfrecord_format.IMAGE_NUM_BYTES):
         raise invalid("b'data' must be a uint8 array of shape [N, %d], found %s"

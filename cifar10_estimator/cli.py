@@ -1,8 +1,10 @@
 """Shared command-line plumbing: turn user errors into one line on stderr and an exit status."""
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -27,6 +29,11 @@ def parse_bool(text):
     raise argparse.ArgumentTypeError("expected true or false, got %r" % text)
 
 
+def one_line(text):
+    """`text` with every run of white space (newlines included) folded into one space."""
+    return " ".join(text.split())
+
+
 def run_command(main, argv=None, prog=None):
     """Run `main(argv)` and return the process exit status.
 
@@ -44,12 +51,40 @@ def run_command(main, argv=None, prog=None):
     try:
         status = main(sys.argv[1:] if argv is None else argv)
     except Cifar10EstimatorError as error:
-        print("%s: error: %s" % (prog, error), file=sys.stderr)
+        print("%s: error: %s" % (prog, one_line(str(error))), file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
         print("%s: interrupted" % prog, file=sys.stderr)
         return 130
     return int(status or 0)
+
+
+@contextlib.contextmanager
+def stderr_dropped_on_user_error():
+    """Hold back what the block writes to file descriptor 2 (C++ code included).
+
+    Dropped if the block raises a Cifar10EstimatorError, whose one line is all the
+    user needs (TensorFlow prints lines such as "Unable to register cuDNN factory"
+    at import); written out once the block ends in any other way.
+    """
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        user_error = False
+        try:
+            yield
+        except Cifar10EstimatorError:
+            user_error = True
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            if not user_error:
+                held.seek(0)
+                sys.stderr.write(held.read().decode("utf-8", "replace"))
+                sys.stderr.flush()
 
 
 def quiet_tensorflow_logs(cpp_min_log_level, python_log_level):

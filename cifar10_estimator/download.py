@@ -64,7 +64,13 @@ def download(url, path, md5=None, max_attempts=5, timeout_secs=60, progress_stre
     """
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1, got %r" % max_attempts)
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as error:
+        raise DownloadError("cannot download %r: %s" % (url, error))
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https") and not parts.hostname:
+        raise DownloadError("cannot download %r: the URL names no host" % url)
     if scheme not in _SUPPORTED_SCHEMES:
         raise DownloadError("cannot download %r: not an %s URL"
                             % (url, "/".join(_SUPPORTED_SCHEMES)))
@@ -155,7 +161,12 @@ def _is_transient(error):
     """Whether retrying can help: network failures yes, most HTTP error statuses no."""
     if isinstance(error, urllib.error.HTTPError):
         return error.code in _TRANSIENT_HTTP_STATUSES
-    return True
+    if isinstance(error, http.client.InvalidURL):
+        return False
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    # A file:// path that is missing or unreadable will not appear by retrying.
+    return not isinstance(reason, (FileNotFoundError, PermissionError, IsADirectoryError,
+                                   NotADirectoryError))
 
 
 def _reason(error):

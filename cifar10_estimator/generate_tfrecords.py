@@ -13,6 +13,7 @@ writes, and parses exactly like the original tutorial's records.
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -125,6 +126,9 @@ def _write_temporary(path, batches):
             for images, labels in batches:
                 _write_examples(writer, images, labels)
                 num_examples += len(labels)
+    except tf.errors.OpError as error:  # e.g. the disk is full
+        os.remove(temporary)
+        raise Cifar10EstimatorError("cannot read or write %s: %s" % (path, error.message))
     except BaseException:
         os.remove(temporary)
         raise
@@ -209,6 +213,26 @@ def obtain_batches(data_dir, url, md5, download_attempts, messages):
     return cifar10_archive.extract_batches(archive, data_dir)
 
 
+def remove_stale_temporaries(data_dir):
+    """Delete what a killed conversion left in data_dir: hidden partial outputs and batches.
+
+    A finished run removes its own; these are the files and directories of runs that
+    were killed outright (they never look finished, but they take space).
+    """
+    output_names = [os.path.basename(tfrecord_format.tfrecord_path(data_dir, subset))
+                    for subset in tfrecord_format.SUBSETS]
+    stale_prefixes = tuple("." + name + "." for name in output_names) + (
+        "." + cifar10_archive.BATCHES_DIRNAME + ".",)
+    metadata_temporary = os.path.basename(tfrecord_format.metadata_path(data_dir)) + ".tmp"
+    for name in os.listdir(data_dir):
+        path = os.path.join(data_dir, name)
+        if name.startswith(stale_prefixes) or name == metadata_temporary:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+
+
 def convert(data_dir, url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5,
             download_attempts=DEFAULT_DOWNLOAD_ATTEMPTS, messages=None):
     """Fetch CIFAR-10 into data_dir if needed, then write its TFRecords and metadata.
@@ -223,6 +247,7 @@ def convert(data_dir, url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFI
     """
     messages = messages or sys.stderr
     os.makedirs(data_dir, exist_ok=True)
+    remove_stale_temporaries(data_dir)
     batches_dir = obtain_batches(data_dir, url, md5, download_attempts, messages)
     return convert_batches(batches_dir, data_dir)
 
@@ -293,6 +318,8 @@ def build_parser():
 
 def main(argv):
     args = build_parser().parse_args(argv)
+    # TensorFlow only writes records here; its C++ start-up notices would bury our messages.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         num_examples = convert(args.data_dir, url=args.url, md5=args.md5,
                                download_attempts=args.download_attempts)
@@ -303,7 +330,7 @@ def main(argv):
         raise download.ChecksumMismatch(
             "%s; pass --md5 HEX to expect another file, or --md5 none to skip the check" % error)
     except OSError as error:
-        raise Cifar10EstimatorError("cannot write %s: %s" % (
+        raise Cifar10EstimatorError("cannot read or write %s: %s" % (
             error.filename or args.data_dir, error.strerror or error))
     for subset in tfrecord_format.SUBSETS:
         print("%-10s %6d examples  %s" % (subset, num_examples[subset],

@@ -22,7 +22,7 @@ import numpy as np
 
 from cifar10_estimator import cifar10_archive, tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, run_command
-from cifar10_estimator.errors import UsageError
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULT_IMAGES_PER_BATCH = 200
 
@@ -131,11 +131,20 @@ def main(argv):
     args = build_parser().parse_args(argv)
     if args.images_per_batch <= 0:
         raise UsageError("--images-per-batch must be positive, got %d" % args.images_per_batch)
-    directory = os.path.dirname(os.path.abspath(args.output))
-    os.makedirs(directory, exist_ok=True)
+    if os.path.isdir(args.output):
+        raise UsageError("--output %s is a directory; name the archive file, e.g. %s"
+                         % (args.output, os.path.join(args.output,
+                                                      cifar10_archive.ARCHIVE_FILENAME)))
     temporary = args.output + ".tmp"
-    write_archive(temporary, make_batches(args.images_per_batch, args.seed))
-    os.replace(temporary, args.output)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        write_archive(temporary, make_batches(args.images_per_batch, args.seed))
+        os.replace(temporary, args.output)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise Cifar10EstimatorError("cannot write %s: %s"
+                                    % (error.filename or args.output, error.strerror or error))
     print("wrote %s: 6 batches of %d random images" % (args.output, args.images_per_batch))
 
 

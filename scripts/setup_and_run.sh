@@ -6,14 +6,20 @@
 #   --synthetic     no download: write an archive of random images in the official format
 #                   and run the same pipeline on it (a short ResNet-8 run unless you pass
 #                   trainer flags). For machines that cannot reach the CIFAR-10 server.
-#   --data-dir DIR  where the archive and TFRecords go (default: data, or data-synthetic)
+#   --data-dir DIR  where the archive and TFRecords go (default: data, or data-synthetic,
+#                   in the checkout)
 #   --job-dir DIR   checkpoints, events, exports (default: job, or job-synthetic)
 #   TRAINER FLAGS   passed to python -m cifar10_estimator.main; default: the tutorial's
 #                   ResNet-44 schedule on every GPU found, or on the CPU if there is none.
 # Environment: PYTHON (interpreter to build the virtualenv with), VENV_DIR (default .venv).
 set -euo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")/.."
 source scripts/venv.sh
+
+from_caller() {  # a path given on the command line, relative to where the user ran us
+  case "$1" in /*) echo "$1" ;; *) echo "$caller_dir/$1" ;; esac
+}
 
 synthetic=0
 data_dir=""
@@ -21,10 +27,10 @@ job_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --synthetic) synthetic=1; shift ;;
-    --data-dir) data_dir=${2:?--data-dir needs a value}; shift 2 ;;
-    --job-dir) job_dir=${2:?--job-dir needs a value}; shift 2 ;;
+    --data-dir) data_dir=$(from_caller "${2:?--data-dir needs a value}"); shift 2 ;;
+    --job-dir) job_dir=$(from_caller "${2:?--job-dir needs a value}"); shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown option $1 (trainer flags go after --; see --help)" >&2; exit 2 ;;
   esac
 done

@@ -38,6 +38,18 @@ ensure_venv() {
     echo "Creating virtualenv $VENV_DIR with $python" >&2
     "$python" -m venv "$VENV_DIR"
   fi
+  # Install once per requirement and version of setup.py/requirements.txt, so that a
+  # rerun needs no package index (delete the stamp file to force a reinstall).
+  local stamp="$VENV_DIR/.cifar10_estimator-installed"
+  local wanted
+  wanted="$requirement $(cat setup.py requirements.txt | cksum | cut -d' ' -f1)"
+  if [ -f "$stamp" ] && grep -qxF "$wanted" "$stamp"; then
+    return
+  fi
   "$VENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
   "$VENV_DIR/bin/python" -m pip install --quiet -e "$requirement" >&2
+  echo "$wanted" >> "$stamp"
+  if [ "$requirement" = ".[test]" ]; then  # the package itself came with it
+    echo ". ${wanted#* }" >> "$stamp"
+  fi
 }

@@ -204,6 +204,12 @@ def test_num_examples_per_epoch_reads_the_metadata_file(tiny_data_dir):
     assert cifar10.Cifar10DataSet(str(tiny_data_dir), "eval").num_examples == 32
 
 
+def test_num_examples_per_epoch_on_an_instance_counts_its_own_data(tiny_data_dir):
+    dataset = cifar10.Cifar10DataSet(str(tiny_data_dir), "eval")
+    assert dataset.num_examples_per_epoch() == 32
+    assert dataset.num_examples_per_epoch("train") == 64  # the original's call, with metadata
+
+
 def test_num_examples_per_epoch_falls_back_to_the_official_split(tmp_path, tiny_records):
     _, subsets = tiny_records
     cifar_archives.write_tfrecords_the_original_way(

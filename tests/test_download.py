@@ -127,9 +127,25 @@ def test_unreachable_server_fails_after_the_attempts(tmp_path, retry_delays):
     assert retry_delays == [1]
 
 
-def test_rejects_urls_it_cannot_fetch(tmp_path):
-    with pytest.raises(download.DownloadError, match="not an http"):
-        download.download("gopher://example.com/archive", str(tmp_path / "file"))
+@pytest.mark.parametrize("url, problem", [
+    ("gopher://example.com/archive", "not an http"),
+    ("http://[::1/archive", "Invalid IPv6 URL"),
+    ("http:///archive", "names no host"),
+])
+def test_rejects_urls_it_cannot_fetch(tmp_path, url, problem):
+    with pytest.raises(download.DownloadError, match=problem):
+        download.download(url, str(tmp_path / "file"))
+
+
+@pytest.mark.parametrize("make_url, problem", [
+    (lambda tmp_path: (tmp_path / "missing.tar.gz").as_uri(), "No such file"),
+    (lambda tmp_path: "http://127.0.0.1:port/archive", "nonnumeric port"),
+], ids=["missing-file", "bad-port"])
+def test_mistakes_in_the_url_fail_at_once_without_retrying(
+        tmp_path, retry_delays, make_url, problem):
+    with pytest.raises(download.DownloadError, match=problem):
+        download.download(make_url(tmp_path), str(tmp_path / "file"), max_attempts=5)
+    assert retry_delays == []
 
 
 def test_a_silent_server_times_out(tmp_path):

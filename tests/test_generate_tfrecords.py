@@ -352,3 +352,26 @@ def test_malicious_batch_in_the_archive_is_refused(tmp_path, cifar_batches, caps
     assert "refused to unpickle global %s.system" % os.system.__module__ in line
     assert not marker.exists()
     assert output_files(data_dir) == []
+
+
+def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path, cifar_archive, cifar_batches):
+    archive, _ = cifar_archive
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / ARCHIVE_NAME).write_bytes(archive.read_bytes())
+    # What a run killed with SIGKILL leaves: hidden partial outputs and staged batches.
+    leftovers = [data_dir / ".train.tfrecords.abc123.tmp", data_dir / ".eval.tfrecords.x.tmp",
+                 data_dir / (tfrecord_format.METADATA_FILENAME + ".tmp")]
+    for path in leftovers:
+        path.write_bytes(b"partial")
+    staged = data_dir / ".cifar-10-batches-py.q1w2e3"
+    staged.mkdir()
+    (staged / "data_batch_1").write_bytes(b"partial")
+    unrelated = data_dir / ".my-notes.tmp"
+    unrelated.write_bytes(b"mine")
+
+    generate_tfrecords.convert(str(data_dir), md5=None)
+
+    assert_outputs_hold(data_dir, cifar_batches)
+    assert not any(path.exists() for path in leftovers + [staged])
+    assert unrelated.read_bytes() == b"mine"

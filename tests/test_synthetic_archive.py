@@ -44,3 +44,14 @@ def test_non_positive_size_is_a_usage_error(tmp_path):
     result = run_module("cifar10_estimator.synthetic_archive",
                         ["--output", tmp_path / "a.tar.gz", "--images-per-batch", "0"])
     assert_one_line_error(result, 2, "--images-per-batch")
+
+
+def test_output_that_cannot_be_written_is_a_one_line_error_leaving_nothing(tmp_path):
+    is_a_directory = run_module("cifar10_estimator.synthetic_archive", ["--output", tmp_path])
+    assert_one_line_error(is_a_directory, 2, "is a directory")
+
+    (tmp_path / "file").write_bytes(b"")
+    under_a_file = run_module("cifar10_estimator.synthetic_archive",
+                              ["--output", tmp_path / "file" / "a.tar.gz"])
+    assert_one_line_error(under_a_file, 1, "cannot write")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
