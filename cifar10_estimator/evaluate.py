@@ -4,11 +4,10 @@
 
 The network is rebuilt from job-dir/hparams.json (written by training) and restored
 from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
-the exported model (argmax over the 10 real classes, see model_fn._serving_predictions).
+the exported model (argmax over the 10 real classes, see model_fn._predictions).
 """
 
 import argparse
-import dataclasses
 import json
 import sys
 
@@ -74,20 +73,6 @@ def resolve_checkpoint(job_dir, checkpoint=None):
     return checkpoint
 
 
-def _inference_setup(hparams):
-    """(TowerLayout, HParams) for inference here: a GPU if there is one, else the CPU.
-
-    The data format only changes the layout of activations, not the variables, so a
-    model trained channels_first on GPUs is evaluated channels_last on a CPU.
-    """
-    import tensorflow as tf
-    from cifar10_estimator import model_fn
-    if tf.config.list_physical_devices("GPU"):
-        return model_fn.TowerLayout.for_devices(num_gpus=1), hparams
-    return (model_fn.TowerLayout.for_devices(num_gpus=0),
-            dataclasses.replace(hparams, data_format="channels_last"))
-
-
 def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
     """Predicted and true classes of every example of `subset`, once each, in file order.
 
@@ -110,13 +95,13 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
     num_examples = dataset.num_examples
     batch_size = min(batch_size, num_examples)
     num_batches = -(-num_examples // batch_size)
-    layout, hparams = _inference_setup(hparams)
     with tf.Graph().as_default():
         # The data set's batches are always full and run on into the next epoch in
         # the same file order, so the last batch wraps around: keep the first
         # num_examples predictions and every example counts exactly once.
         images, labels = dataset.make_batch(batch_size)
-        spec = model_fn.make_model_fn(layout, hparams)(
+        # PREDICT runs one channels_last tower wherever TensorFlow places it (model_fn).
+        spec = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams)(
             {"images": images}, None, tf.estimator.ModeKeys.PREDICT, None)
         saver = tf.compat.v1.train.Saver()
         config = tf.compat.v1.ConfigProto(allow_soft_placement=True)

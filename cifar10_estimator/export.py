@@ -11,7 +11,7 @@ Each export has two signatures over one copy of the network:
   image_bytes:serving_default  image_bytes: string [N], encoded PNG/JPEG/GIF/BMP files of
                                any size, decoded to RGB and resized as `resize_to_cifar`.
 Both return classes (int64 [N]), class_names (string [N]) and probabilities
-(float32 [N, 10]); see model_fn._serving_predictions.
+(float32 [N, 10]); see model_fn._predictions.
 
 Training also writes job-dir/hparams.json, the hyper-parameters needed to rebuild the
 graph for a checkpoint (the evaluate command reads it).
@@ -172,7 +172,7 @@ def save_hparams(job_dir, hparams):
     """Write `hparams` (model_fn.HParams) to job-dir/hparams.json, replacing any older file."""
     tf.io.gfile.makedirs(job_dir)
     path = os.path.join(job_dir, HPARAMS_FILENAME)
-    # Every worker of a cluster writes the same file: give each its own temporary.
+    # A unique temporary: a restarted chief may write while its old self still does.
     temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
     with tf.io.gfile.GFile(temporary, "w") as stream:
         json.dump({"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)},

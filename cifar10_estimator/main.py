@@ -12,7 +12,8 @@ import sys
 
 from cifar10_estimator import cluster
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, parse_bool, quiet_tensorflow_logs, run_command
+from cifar10_estimator.cli import (ArgumentParser, parse_bool, quiet_tensorflow_logs, run_command,
+                                   stderr_dropped_on_user_error)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 PROG = "cifar10_estimator.main"
@@ -103,8 +104,15 @@ def _require_positive(args, *names):
             raise UsageError("--%s must be positive, got %s" % (name, value))
 
 
-def validate_flags(args):
-    """Check flags, their combinations, the GPUs and the data files. Raises UsageError."""
+def validate_flags(args, task=None):
+    """Check flags, their combinations, the GPUs and the data files. Raises UsageError.
+
+    Args:
+      args: the parsed flags.
+      task: the cluster.ClusterTask this process runs, if any. A ps task needs
+        neither the GPUs nor the data, so only the flags themselves are checked.
+    """
+    builds_towers = task is None or task.task_type != cluster.PS
     _require_positive(args, "train-steps", "train-batch-size", "eval-batch-size",
                       "num-cpu-towers", "save-checkpoints-steps", "eval-every-secs",
                       "learning-rate", "batch-norm-epsilon", "ps-timeout-secs")
@@ -113,7 +121,7 @@ def validate_flags(args):
                          "got %d" % args.num_layers)
     if args.num_gpus < 0:
         raise UsageError("--num-gpus must be 0 (CPU) or more, got %d" % args.num_gpus)
-    if args.num_gpus > 0:
+    if args.num_gpus > 0 and builds_towers:
         _check_gpus_present(args.num_gpus)
     if args.num_intra_threads < 0 or args.num_inter_threads < 0:
         raise UsageError("--num-intra-threads and --num-inter-threads must be 0 or more")
@@ -123,18 +131,19 @@ def validate_flags(args):
         raise UsageError("--variable-strategy GPU needs GPUs; with --num-gpus 0 use "
                          "--variable-strategy CPU")
     if (args.num_gpus == 0 and args.data_format == "channels_first"
-            and os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "1"):
-        raise UsageError("--data-format channels_first needs a GPU or TF_ENABLE_ONEDNN_OPTS=1: "
-                         "TensorFlow's default CPU convolution and pooling are channels_last only")
+            and not _cpu_kernels_take_channels_first()):
+        raise UsageError("--data-format channels_first on the CPU needs TensorFlow's oneDNN "
+                         "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
+                         "channels_last (TensorFlow's other CPU kernels are channels_last only)")
     num_towers = args.num_gpus or args.num_cpu_towers
     for flag in ("train-batch-size", "eval-batch-size"):
         batch_size = getattr(args, flag.replace("-", "_"))
         if batch_size % num_towers != 0:
             raise UsageError("--%s %d must be divisible by the number of towers (%d)"
                              % (flag, batch_size, num_towers))
-    if not args.use_synthetic_data:
+    if not args.use_synthetic_data and builds_towers:
         _validate_data_dir(args.data_dir)
-    eval_steps(args)
+        eval_steps(args)
 
 
 def _validate_data_dir(data_dir):
@@ -164,6 +173,17 @@ def eval_steps(args):
 def _quiet_tensorflow_logs():
     # The training log is TensorFlow's Python INFO lines; keep C++ warnings and errors.
     quiet_tensorflow_logs("1", "INFO")
+
+
+def _cpu_kernels_take_channels_first():
+    """Whether TensorFlow runs its oneDNN CPU kernels, the only ones with NCHW convolution
+    and pooling. It does by default on some CPUs; TF_ENABLE_ONEDNN_OPTS=1/0 decides."""
+    _quiet_tensorflow_logs()
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # a private API: fall back to the user's setting
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1"
 
 
 def _check_gpus_present(num_gpus):
@@ -203,6 +223,19 @@ def make_run_config(args):
         model_dir=args.job_dir, session_config=session_config, **checkpoint_schedule)
 
 
+def make_input_fns(args, num_towers):
+    """(train input_fn, eval input_fn) from the flags: TFRecords, or synthetic batches."""
+    from cifar10_estimator import input_fn
+    if args.use_synthetic_data:
+        return (input_fn.make_synthetic_input_fn(num_towers, args.train_batch_size),
+                input_fn.make_synthetic_input_fn(num_towers, args.eval_batch_size))
+    return (input_fn.make_tfrecord_input_fn(args.data_dir, "train", num_towers,
+                                            args.train_batch_size,
+                                            args.use_distortion_for_training),
+            input_fn.make_tfrecord_input_fn(args.data_dir, "eval", num_towers,
+                                            args.eval_batch_size, False))
+
+
 def _prepare_cluster_task(run_config, ps_timeout_secs):
     """For a chief or worker of a TF_CONFIG cluster: start its server and the ps watchdog."""
     task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
@@ -223,7 +256,7 @@ def train_and_evaluate(args):
     """
     _quiet_tensorflow_logs()
     import tensorflow as tf
-    from cifar10_estimator import export, input_fn, model_fn
+    from cifar10_estimator import export, model_fn
 
     run_config = make_run_config(args)
     layout = model_fn.TowerLayout.for_devices(
@@ -240,16 +273,7 @@ def train_and_evaluate(args):
     if run_config.is_chief:
         export.save_hparams(args.job_dir, hparams)
 
-    if args.use_synthetic_data:
-        train_input_fn = input_fn.make_synthetic_input_fn(layout.num_towers, args.train_batch_size)
-        eval_input_fn = input_fn.make_synthetic_input_fn(layout.num_towers, args.eval_batch_size)
-    else:
-        train_input_fn = input_fn.make_tfrecord_input_fn(
-            args.data_dir, "train", layout.num_towers, args.train_batch_size,
-            args.use_distortion_for_training)
-        eval_input_fn = input_fn.make_tfrecord_input_fn(
-            args.data_dir, "eval", layout.num_towers, args.eval_batch_size, False)
-
+    train_input_fn, eval_input_fn = make_input_fns(args, layout.num_towers)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams), config=run_config)
     _prepare_cluster_task(run_config, args.ps_timeout_secs)
@@ -259,9 +283,32 @@ def train_and_evaluate(args):
         throttle_secs=args.eval_every_secs, exporters=export.make_exporters())
     result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     metrics = result[0] if result else None
+    if metrics is None and not cluster.task_from_tf_config(os.environ.get("TF_CONFIG")):
+        # Training was already done, so train_and_evaluate skipped the final evaluation
+        # too: the run that trained may have been killed before it evaluated.
+        metrics = evaluate_and_export_latest(estimator, eval_spec)
     if metrics:
         summary = ", ".join("%s = %s" % (key, metrics[key]) for key in sorted(metrics))
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
+    return metrics
+
+
+def evaluate_and_export_latest(estimator, eval_spec):
+    """Evaluate the latest checkpoint and run the exporters on it, as a final evaluation.
+
+    Returns:
+      The metrics (dict), or None where there is no checkpoint.
+    """
+    import tensorflow as tf
+    checkpoint = estimator.latest_checkpoint()
+    if checkpoint is None:
+        return None
+    tf.compat.v1.logging.info("Evaluating %s, the final checkpoint", checkpoint)
+    metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps,
+                                 checkpoint_path=checkpoint)
+    for exporter in eval_spec.exporters:
+        exporter.export(estimator, os.path.join(estimator.model_dir, "export", exporter.name),
+                        checkpoint, metrics, is_the_final_export=True)
     return metrics
 
 
@@ -289,8 +336,9 @@ def main(argv):
     if args.log_device_placement:
         # Placements are logged by TensorFlow's C++ runtime at INFO level.
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
-    validate_flags(args)
-    cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
+    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
+    with stderr_dropped_on_user_error():
+        validate_flags(args, task)
     train_and_evaluate(args)
 
 

@@ -29,7 +29,7 @@ class HParams:
     """Hyper-parameters of the model and its optimisation (the tutorial's defaults).
 
     train_batch_size is the batch of one worker over all its towers; the
-    learning-rate schedule counts epochs over num_workers such batches per step.
+    learning-rate schedule counts epochs in examples_per_global_step.
     """
 
     num_layers: int = 44
@@ -43,6 +43,16 @@ class HParams:
     num_workers: int = 1
     data_format: str = "channels_last"
     sync: bool = False
+
+    @property
+    def examples_per_global_step(self):
+        """Examples behind one global step: the global batch of every worker with --sync.
+
+        Without --sync each worker's update is a global step of its own batch (the
+        original counted batch x workers here too, so its rate fell W times too soon
+        in epochs of data with W asynchronous workers).
+        """
+        return self.train_batch_size * (self.num_workers if self.sync else 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,8 +248,12 @@ def _predictions(logits):
     }
 
 
-def _predict_spec(features, layout, hparams):
-    """PREDICT: one tower on the first device, whatever the number of training towers.
+def _predict_spec(features, hparams):
+    """PREDICT (and SavedModel export): one tower, whatever the number of training towers.
+
+    It names no device and computes channels_last, which every device supports (the
+    variables are the same in both layouts): TensorFlow puts it on one device, the
+    first GPU if there is one, and an export made on GPUs serves on a CPU too.
 
     Args:
       features: images [N, 32, 32, 3] in NHWC with pixel values 0..255 (uint8 or
@@ -248,8 +262,8 @@ def _predict_spec(features, layout, hparams):
     images = features["images"] if isinstance(features, dict) else features
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope("resnet"):
-        with tf.compat.v1.device(layout.device_setter(0)):
-            logits = _resnet_logits(images, False, hparams)
+        logits = _resnet_logits(images, False,
+                                dataclasses.replace(hparams, data_format="channels_last"))
     predictions = _predictions(logits)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
@@ -271,7 +285,7 @@ def make_model_fn(layout, hparams):
     """
     def model_fn(features, labels, mode, config):
         if mode == tf.estimator.ModeKeys.PREDICT:
-            return _predict_spec(features, layout, hparams)
+            return _predict_spec(features, hparams)
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         tower_losses, tower_gradvars, tower_logits, update_ops = build_towers(
             features, labels, layout, make_resnet_tower_fn(hparams), is_training)
@@ -289,7 +303,7 @@ def make_model_fn(layout, hparams):
             global_step = tf.compat.v1.train.get_or_create_global_step()
             learning_rate = learning_rate_schedule(
                 global_step, hparams.learning_rate, hparams.num_train_examples,
-                hparams.train_batch_size * hparams.num_workers)
+                hparams.examples_per_global_step)
             optimizer, optimizer_hooks = _make_optimizer(
                 learning_rate, hparams, config.is_chief if config else True)
             apply_op = optimizer.apply_gradients(

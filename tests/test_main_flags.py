@@ -1,8 +1,13 @@
 """Flag validation of the trainer: every user error is one line and a non-zero exit."""
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
+import cifar_archives
+from cifar10_estimator import cluster
 from cifar10_estimator import main as trainer
+from cifar10_estimator.errors import UsageError
 from cli_helpers import assert_one_line_error, run_module
 
 MODULE = "cifar10_estimator.main"
@@ -36,8 +41,10 @@ def test_defaults_are_the_original_tutorials():
     assert (args.num_gpus, args.num_layers, args.train_steps, args.train_batch_size,
             args.eval_batch_size, args.momentum, args.weight_decay, args.learning_rate,
             args.batch_norm_decay, args.batch_norm_epsilon, args.variable_strategy,
-            args.use_distortion_for_training, args.sync, args.data_format) == (
-        1, 44, 80000, 128, 100, 0.9, 2e-4, 0.1, 0.997, 1e-5, "CPU", True, False, None)
+            args.use_distortion_for_training, args.sync, args.data_format,
+            args.num_intra_threads, args.num_inter_threads, args.log_device_placement) == (
+        1, 44, 80000, 128, 100, 0.9, 2e-4, 0.1, 0.997, 1e-5, "CPU", True, False, None,
+        0, 0, False)
 
 
 @pytest.mark.parametrize("text, expected", [("false", False), ("False", False), ("0", False),
@@ -67,7 +74,6 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--eval-batch-size", "5"], ["--eval-batch-size 5", "32 eval examples"]),
     (["--train-steps", "0"], ["--train-steps", "positive"]),
     (["--num-cpu-towers", "0"], ["--num-cpu-towers", "positive"]),
-    (["--data-format", "channels_first"], ["channels_first", "GPU"]),
     (["--use-distortion-for-training", "maybe"], ["maybe"]),
     (["--num-layers", "many"], ["--num-layers", "many"]),
 ])
@@ -75,9 +81,17 @@ def test_flag_errors_are_one_line_with_exit_2(base_args, extra, fragments):
     assert_one_line_error(run_trainer(*(base_args + extra)), 2, *fragments)
 
 
-def test_more_gpus_than_present_is_a_clear_error(base_args):
+def test_more_gpus_than_present_is_one_line_without_tensorflows_import_notices(base_args):
     args = [a for a in base_args] + ["--num-gpus", "64"]
-    assert_one_line_error(run_trainer(*args), 2, "--num-gpus 64", "visible")
+    result = run_module(MODULE, args, timeout=120, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert_one_line_error(result, 2, "--num-gpus 64", "visible")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_channels_first_on_the_cpu_needs_onednn_kernels(base_args):
+    result = run_module(MODULE, base_args + ["--data-format", "channels_first"], timeout=120,
+                        env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert_one_line_error(result, 2, "channels_first", "TF_ENABLE_ONEDNN_OPTS=1")
 
 
 def test_missing_job_dir(tiny_data_dir):
@@ -110,3 +124,35 @@ def test_trainer_pools_cpu_memory_unless_the_user_chose_an_allocator(monkeypatch
     monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
     trainer._use_pooling_cpu_allocator()
     assert trainer.os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "false"
+
+
+def first_training_batch(data_dir, job_dir, distortion):
+    args = trainer.build_parser().parse_args(
+        ["--data-dir", str(data_dir), "--job-dir", str(job_dir), "--num-gpus", "0",
+         "--train-batch-size", "16", "--use-distortion-for-training", distortion])
+    train_input_fn, _ = trainer.make_input_fns(args, num_towers=1)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        [images], _ = train_input_fn()
+        return session.run(images)
+
+
+def test_use_distortion_for_training_false_reaches_the_input_pipeline(tmp_path):
+    subsets = cifar_archives.make_tiny_tfrecords(str(tmp_path / "data"), num_train=16)
+    train_images = subsets["train"][0].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    originals = {image.tobytes() for image in train_images.astype(np.float32)}
+
+    plain = first_training_batch(tmp_path / "data", tmp_path / "job", "false")
+    distorted = first_training_batch(tmp_path / "data", tmp_path / "job", "true")
+
+    assert {image.tobytes() for image in plain} == originals  # shuffled, untouched
+    assert sum(image.tobytes() not in originals for image in distorted) > 8
+
+
+def test_a_ps_task_needs_neither_the_gpus_nor_the_data(tmp_path):
+    args = trainer.build_parser().parse_args(
+        ["--job-dir", str(tmp_path / "job"), "--data-dir", str(tmp_path / "on-the-workers"),
+         "--num-gpus", "4"])
+    spec = {"ps": ["127.0.0.1:2220"], "chief": ["127.0.0.1:2221"]}
+    trainer.validate_flags(args, cluster.ClusterTask("ps", 0, spec))
+    with pytest.raises(UsageError, match="--num-gpus 4"):
+        trainer.validate_flags(args, cluster.ClusterTask("chief", 0, spec))

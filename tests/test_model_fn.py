@@ -105,3 +105,87 @@ def test_split_batch_into_towers_keeps_order():
             input_fn.split_batch_into_towers(images, labels, 3))
     assert [list(s) for s in label_shards] == [[0, 1], [2, 3], [4, 5]]
     np.testing.assert_array_equal(np.concatenate(image_shards), np.arange(12).reshape(6, 2))
+
+
+def resnet8_train_spec(num_towers, batch_size=4, hparams=None):
+    """The real model_fn's TRAIN spec for ResNet-8 on `num_towers` logical CPU towers."""
+    hparams = hparams or model_fn.HParams(num_layers=8, train_batch_size=batch_size)
+    layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=num_towers)
+    images = tf.random.uniform([batch_size, 32, 32, 3], maxval=255.0, seed=1)
+    labels = tf.random.uniform([batch_size], maxval=10, dtype=tf.int32, seed=2)
+    image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, num_towers)
+    return model_fn.make_model_fn(layout, hparams)(
+        image_shards, label_shards, tf.estimator.ModeKeys.TRAIN, None)
+
+
+def test_batch_norm_statistics_are_updated_by_tower_0_only():
+    with tf.Graph().as_default() as graph:
+        spec = resnet8_train_spec(num_towers=2)
+        update_ops = graph.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+        ran_by_train_op = {op.name for op in spec.train_op.control_inputs}
+    tower_0 = {op.name for op in update_ops if "/tower_0/" in op.name}
+    tower_1 = {op.name for op in update_ops if "/tower_1/" in op.name}
+    assert tower_0 and len(tower_0) == len(tower_1)  # both towers have batch norms
+    assert tower_0 <= ran_by_train_op
+    assert not tower_1 & ran_by_train_op
+
+
+def test_gradients_are_averaged_on_their_variables_device_and_summaries_written():
+    with tf.Graph().as_default() as graph:
+        resnet8_train_spec(num_towers=2)
+        averaging = [op for op in graph.get_operations()
+                     if op.name.startswith("gradient_averaging/") and op.type == "AddN"]
+        summaries = {tensor.op.name.split("/")[-1]
+                     for tensor in graph.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)}
+    variables_count = len(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))
+    assert len(averaging) == variables_count
+    assert all(op.device.lower().endswith("cpu:0") for op in averaging)
+    assert {"learning_rate", "train_accuracy"} <= summaries
+    assert any(name.startswith("images") for name in summaries), summaries
+
+
+def test_variable_strategy_gpu_spreads_variables_over_the_towers_by_size():
+    # Only device strings are built here, so no GPU is needed.
+    with tf.Graph().as_default() as graph:
+        layout = model_fn.TowerLayout.for_devices(num_gpus=2, variable_strategy="GPU")
+        hparams = model_fn.HParams(num_layers=20, data_format="channels_last")
+        images = tf.zeros([4, 32, 32, 3])
+        labels = tf.zeros([4], tf.int32)
+        image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, 2)
+        model_fn.build_towers(image_shards, label_shards, layout,
+                              model_fn.make_resnet_tower_fn(hparams), is_training=True)
+        variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    bytes_on = {}
+    for variable in variables:
+        device = variable.device.lower()
+        assert device.endswith(("gpu:0", "gpu:1")), (variable.op.name, device)
+        size = int(np.prod(variable.shape)) * variable.dtype.size
+        bytes_on[device[-5:]] = bytes_on.get(device[-5:], 0) + size
+    largest = max(int(np.prod(v.shape)) * v.dtype.size for v in variables)
+    assert set(bytes_on) == {"gpu:0", "gpu:1"}
+    assert abs(bytes_on["gpu:0"] - bytes_on["gpu:1"]) <= largest
+
+
+def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variable():
+    hparams = model_fn.HParams(num_layers=8, weight_decay=0.01)
+    with tf.Graph().as_default():
+        images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
+        labels = tf.constant([3, 7])
+        with tf.compat.v1.variable_scope("resnet"):
+            loss, logits = model_fn.make_resnet_tower_fn(hparams)(images, labels, True)
+        cross_entropy = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        squares = tf.add_n([tf.reduce_sum(tf.square(v))
+                            for v in tf.compat.v1.trainable_variables()])
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            loss, cross_entropy, squares = session.run([loss, cross_entropy, squares])
+    assert squares > 0
+    np.testing.assert_allclose(loss, cross_entropy + 0.01 * squares / 2, rtol=1e-5)
+
+
+def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
+    sync = model_fn.HParams(train_batch_size=128, num_workers=3, sync=True)
+    asynchronous = model_fn.HParams(train_batch_size=128, num_workers=3, sync=False)
+    assert sync.examples_per_global_step == 384
+    assert asynchronous.examples_per_global_step == 128

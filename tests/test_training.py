@@ -3,6 +3,7 @@
 import glob
 import os
 import re
+import shutil
 import signal
 import time
 
@@ -100,3 +101,22 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
     first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", result.stderr).group(1))
     assert first_step >= killed_at
     assert checkpoint_steps(job_dir)[-1] == 400
+    assert 400 in eval_metrics(job_dir)
+
+
+def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(tiny_data_dir, tmp_path):
+    # As if killed after the last checkpoint but before its evaluation and export.
+    job_dir = tmp_path / "job"
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "5")
+    assert run_module(MODULE, args).returncode == 0
+    shutil.rmtree(str(job_dir / "eval"))
+    shutil.rmtree(str(job_dir / "export"))
+
+    result = run_module(MODULE, args)
+
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert checkpoint_steps(job_dir)[-1] == 5
+    assert 0.0 <= eval_metrics(job_dir)[5]["accuracy"] <= 1.0
+    assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
+    assert glob.glob(str(job_dir / "export" / "best" / "*" / "saved_model.pb"))
+    assert "Final evaluation:" in result.stderr
