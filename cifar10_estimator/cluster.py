@@ -139,6 +139,9 @@ def _validated_task(task, cluster):
     if task_type not in KNOWN_JOBS:
         raise UsageError('unknown task type "%s" in TF_CONFIG; use chief, worker, ps or evaluator'
                          % task_type)
+    if "index" not in task:
+        raise UsageError('TF_CONFIG task "%s" has no "index": add "index": 0 (or the task\'s '
+                         "position in its job's address list)" % task_type)
     index = _task_index(task)
     if task_type == EVALUATOR:
         if MASTER in cluster:

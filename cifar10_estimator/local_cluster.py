@@ -30,6 +30,23 @@ HOST = "127.0.0.1"
 TRAINER_MODULE = "cifar10_estimator.main"
 POLL_SECS = 0.2
 STOP_GRACE_SECS = 10
+# Beyond the trainer's --eval-every-secs: the final evaluation and export themselves.
+EVALUATION_MARGIN_SECS = 600
+_PR_SET_PDEATHSIG = 1
+
+
+def _kill_with_the_launcher_hook():
+    """A preexec_fn making the kernel kill a task when the launcher dies, even by SIGKILL.
+
+    Without it the ps tasks, which never exit by themselves, would outlive a killed
+    launcher. Resolved here, before any fork; None where prctl is unavailable.
+    """
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +133,7 @@ class TaskProcess:
         self._process = subprocess.Popen(
             command, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, universal_newlines=True, errors="replace",
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_kill_with_the_launcher_hook())
         self._output = output
         self._output_lock = output_lock
         self._copier = threading.Thread(target=self._copy_output, daemon=True)
@@ -252,9 +269,12 @@ def build_parser():
     parser.add_argument("--timeout-secs", type=float, default=0, metavar="S",
                         help="Stop everything and fail if the cluster runs longer than S "
                              "seconds (default 0: no limit).")
-    parser.add_argument("--evaluator-grace-secs", type=float, default=600, metavar="S",
+    parser.add_argument("--evaluator-grace-secs", type=float, default=None, metavar="S",
                         help="Once training ended, how long the evaluator may take to evaluate "
-                             "the final checkpoint before it is stopped (default 600).")
+                             "the final checkpoint before it is stopped (default: the "
+                             "trainer's --eval-every-secs + %d, as the evaluator may sleep that "
+                             "long between looks for a new checkpoint)."
+                             % EVALUATION_MARGIN_SECS)
     return parser
 
 
@@ -273,25 +293,36 @@ def validate_launcher_flags(args):
         raise UsageError("--num-workers must be 0 or more, got %d" % args.num_workers)
     if args.timeout_secs < 0:
         raise UsageError("--timeout-secs must be 0 (no limit) or more, got %g" % args.timeout_secs)
-    if args.evaluator_grace_secs <= 0:
+    if args.evaluator_grace_secs is not None and args.evaluator_grace_secs <= 0:
         raise UsageError("--evaluator-grace-secs must be positive, got %g"
                          % args.evaluator_grace_secs)
 
 
 def validate_trainer_flags(trainer_args):
-    """Check the trainer flags once here rather than fail in every task. Raises UsageError."""
+    """Check the trainer flags once here rather than fail in every task.
+
+    Returns:
+      The parsed trainer flags.
+
+    Raises:
+      UsageError: naming the flag at fault.
+    """
     from cifar10_estimator import main as trainer
     try:
-        trainer.validate_flags(trainer.build_parser().parse_args(trainer_args))
+        parsed = trainer.build_parser().parse_args(trainer_args)
+        trainer.validate_flags(parsed)
     except UsageError as error:
         raise UsageError("trainer flags (after --): %s" % error)
+    return parsed
 
 
 def main(argv):
     launcher_argv, trainer_args = split_argv(argv)
     args = build_parser().parse_args(launcher_argv)
     validate_launcher_flags(args)
-    validate_trainer_flags(trainer_args)
+    trainer_flags = validate_trainer_flags(trainer_args)
+    evaluator_grace_secs = args.evaluator_grace_secs or (
+        trainer_flags.eval_every_secs + EVALUATION_MARGIN_SECS)
     # A plain `kill` of the launcher stops the tasks too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
@@ -307,7 +338,7 @@ def main(argv):
     except BaseException:
         local_cluster.stop()
         raise
-    local_cluster.run(args.timeout_secs or None, args.evaluator_grace_secs)
+    local_cluster.run(args.timeout_secs or None, evaluator_grace_secs)
     local_cluster.log("done")
 
 

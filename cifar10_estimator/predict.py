@@ -93,11 +93,13 @@ def classify_file(signature, path):
     except (OSError, tf.errors.OpError) as error:
         raise Cifar10EstimatorError("%s: cannot read it (%s)" % (path, _first_line(error)))
     try:
-        outputs = signature(image_bytes=tf.constant([encoded]))
+        # Decoded here first, as the signature will, so that only a bad image is blamed
+        # on the image (the signature's errors come as multi-line graph traces).
+        tf.io.decode_image(encoded, channels=tfrecord_format.DEPTH, expand_animations=False)
     except tf.errors.InvalidArgumentError:
-        # TensorFlow's message is a multi-line graph trace; the cause is always the decoder.
         raise Cifar10EstimatorError(
             "%s: cannot decode it: not a PNG, JPEG, GIF or BMP image, or damaged" % path)
+    outputs = signature(image_bytes=tf.constant([encoded]))
     return outputs["probabilities"].numpy()[0]
 
 

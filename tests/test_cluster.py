@@ -81,6 +81,7 @@ def test_master_is_accepted_as_tensorflow_215_accepts_it():
     (tf_config(dict(CLUSTER, gpu=["127.0.0.1:2225"]), "chief"), 'unknown job "gpu"'),
     (json.dumps({"cluster": CLUSTER}), 'has a "cluster" but no "task"'),
     (json.dumps({"task": {"type": "ps", "index": 0}}), 'has a "task" but no "cluster"'),
+    (json.dumps({"cluster": CLUSTER, "task": {"type": "chief"}}), 'task "chief" has no "index"'),
 ])
 def test_invalid_tf_config_is_a_usage_error(text, message):
     with pytest.raises(UsageError) as raised:
@@ -94,6 +95,7 @@ def test_invalid_tf_config_is_a_usage_error(text, message):
     (tf_config(CLUSTER, "worker", 5), "TF_CONFIG task worker:5 is out of range"),
     (tf_config({"ps": ["127.0.0.1:2220"], "worker": ["127.0.0.1:2222"]}, "worker"),
      "the TF_CONFIG cluster has no chief"),
+    (json.dumps({"cluster": CLUSTER, "task": {"type": "chief"}}), 'has no "index"'),
 ])
 def test_trainer_rejects_invalid_tf_config_in_one_line(tiny_data_dir, tmp_path, text, message):
     result = run_module(MODULE, trainer_args(tiny_data_dir, tmp_path / "job"),
@@ -124,7 +126,7 @@ def test_device_filters_are_the_ones_tf_estimator_sets_itself(monkeypatch, tmp_p
     assert ours.device_count["CPU"] == 2
 
 
-def test_learning_rate_counts_the_chief_and_every_worker(monkeypatch, tmp_path):
+def test_run_config_counts_the_chief_and_every_worker_as_replicas(monkeypatch, tmp_path):
     run_config = run_config_for(monkeypatch, tmp_path, tf_config(CLUSTER, "worker", 0))
     assert run_config.num_worker_replicas == 3
     assert run_config.num_ps_replicas == 1

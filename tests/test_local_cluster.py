@@ -2,14 +2,17 @@
 
 import io
 import json
+import os
+import subprocess
 import sys
+import time
 
 import pytest
 
 from cifar10_estimator import cluster, local_cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.local_cluster import LocalCluster, Task
-from cli_helpers import assert_one_line_error, run_module
+from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
 LAUNCHER = "cifar10_estimator.local_cluster"
 
@@ -150,3 +153,40 @@ def test_bad_trainer_flags_fail_before_any_task_starts(tmp_path):
 def test_at_least_one_ps_is_required(tmp_path):
     result = run_module(LAUNCHER, ["--num-ps", "0", "--", "--job-dir", tmp_path])
     assert_one_line_error(result, 2, "--num-ps must be 1 or more")
+
+
+def is_running(pid):
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_tasks_die_with_a_launcher_killed_outright(tmp_path):
+    pid_file = tmp_path / "ps.pid"
+    ps_program = ("import os, time; open(%r, 'w').write(str(os.getpid())); time.sleep(600)"
+                  % str(pid_file))
+    launcher = subprocess.Popen(python(
+        "import sys, time\n"
+        "from cifar10_estimator.local_cluster import LocalCluster, Task\n"
+        "LocalCluster().start(Task('ps', 0), [sys.executable, '-c', %r], environment=None)\n"
+        "time.sleep(600)\n" % ps_program), cwd=REPO_ROOT, env=cli_env(),
+        stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.time() < deadline and launcher.poll() is None, "the ps never started"
+            time.sleep(0.1)
+        ps_pid = int(pid_file.read_text())
+        assert is_running(ps_pid)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.time() + 10
+    while is_running(ps_pid):
+        if time.time() > deadline:
+            os.kill(ps_pid, 9)
+            pytest.fail("the ps task outlived its killed launcher")
+        time.sleep(0.1)
