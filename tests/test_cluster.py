@@ -220,8 +220,12 @@ def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, t
     assert loss_steps(task_lines(result.stdout, "chief"))
     assert loss_steps(task_lines(result.stdout, "worker0")), "the worker did no step"
     final_step = assert_async_final_step(job_dir, 1000, num_trainers=2)
-    assert 0.0 <= eval_metrics(job_dir)[final_step]["accuracy"] <= 1.0
-    assert any("Exiting evaluation, global_step=%d" % final_step in line
+    # The worker may step while the chief saves its last checkpoint, so the global step
+    # stored in it (which the evaluation reports) can be past the one in its name.
+    evaluated_step = max(eval_metrics(job_dir))
+    assert final_step <= evaluated_step <= 1000 + 2 * 2
+    assert 0.0 <= eval_metrics(job_dir)[evaluated_step]["accuracy"] <= 1.0
+    assert any("Exiting evaluation, global_step=%d" % evaluated_step in line
                for line in task_lines(result.stdout, "evaluator"))
     assert_only_the_chief_saves(result.stdout, job_dir)
 
