@@ -9,6 +9,7 @@ name only once it is complete and verified.
 import hashlib
 import http.client
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -82,6 +83,8 @@ def download(url, path, md5=None, max_attempts=5, timeout_secs=60, progress_stre
             break
         except (OSError, http.client.HTTPException, _IncompleteTransfer) as error:
             if _is_range_refusal(error) and os.path.exists(partial):
+                if _refused_range_total(error) == os.path.getsize(partial):
+                    break  # an earlier run fetched every byte; only the check is left
                 # The partial file is longer than the file on the server: start over.
                 os.remove(partial)
             elif not _is_transient(error):
@@ -155,6 +158,12 @@ def _content_length(response, offset):
 
 def _is_range_refusal(error):
     return isinstance(error, urllib.error.HTTPError) and error.code == _RANGE_NOT_SATISFIABLE
+
+
+def _refused_range_total(error):
+    """The file size a 416 response announces (`Content-Range: bytes */N`), or None."""
+    match = re.fullmatch(r"bytes \*/(\d+)", (error.headers.get("Content-Range") or "").strip())
+    return int(match.group(1)) if match else None
 
 
 def _is_transient(error):

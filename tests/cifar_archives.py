@@ -130,7 +130,10 @@ class ArchiveServer:
         match = re.fullmatch(r"bytes=(\d+)-", range_header or "")
         start = int(match.group(1)) if match and self._honour_range else 0
         if start >= len(self.payload) and start:
-            handler.send_error(416)
+            handler.send_response(416)  # with the file's size, as RFC 7233 asks
+            handler.send_header("Content-Range", "bytes */%d" % len(self.payload))
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
             return
         if start:
             handler.send_response(206)

@@ -90,6 +90,17 @@ def test_restarts_when_the_partial_file_is_longer_than_the_file(tmp_path, retry_
     assert server.range_headers == ["bytes=%d-" % (len(PAYLOAD) + 10), None]
 
 
+def test_a_partial_file_that_is_already_complete_is_verified_not_fetched_again(tmp_path):
+    destination = str(tmp_path / "file")
+    with open(destination + ".part", "wb") as stream:
+        stream.write(PAYLOAD)  # an earlier run was stopped before its check
+    with ArchiveServer(PAYLOAD) as server:
+        download.download(server.url, destination, md5=PAYLOAD_MD5)
+
+    assert read(destination) == PAYLOAD
+    assert server.range_headers == ["bytes=%d-" % len(PAYLOAD)]
+
+
 def test_gives_up_after_max_attempts_and_keeps_the_partial_file_for_a_rerun(tmp_path, retry_delays):
     destination = str(tmp_path / "file")
     with ArchiveServer(PAYLOAD, bytes_before_break=lambda index: 1000) as server:
