@@ -345,10 +345,11 @@ def wait_for_port(address, timeout_secs=120):
 
 
 @pytest.mark.slow
-def test_killed_worker_restarts_and_rejoins_async_training(tiny_data_dir, tmp_path,
-                                                           task_processes):
+@pytest.mark.parametrize("mode_flags", [(), ("--sync",)], ids=["async", "sync"])
+def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, task_processes,
+                                                     mode_flags):
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "300")
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "300", *mode_flags)
     task_processes.start(Task("ps", 0), args)
     chief = task_processes.start(Task("chief"), args)
     worker = task_processes.start(Task("worker", 0), args)
@@ -370,7 +371,10 @@ def test_killed_worker_restarts_and_rejoins_async_training(tiny_data_dir, tmp_pa
     assert chief.wait(180) == 0, task_processes.log("chief")[-3000:]
     assert restarted.wait(60) == 0, task_processes.log("worker0-restarted")[-3000:]
     assert rejoined_step > first_step  # it went on from the shared variables
-    assert_async_final_step(job_dir, 300, num_trainers=2)
+    if mode_flags:  # synchronous updates end exactly at --train-steps
+        assert checkpoint_steps(job_dir)[-1] == 300
+    else:
+        assert_async_final_step(job_dir, 300, num_trainers=2)
 
 
 @pytest.mark.slow
