@@ -19,7 +19,7 @@ import pytest
 from cifar10_estimator import cluster, local_cluster
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.local_cluster import Task
-from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
+from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module, start_module
 from test_training import checkpoint_steps, eval_metrics, trainer_args
 
 MODULE = "cifar10_estimator.main"
@@ -414,3 +414,23 @@ def test_chief_gives_up_on_a_ps_that_never_starts(tiny_data_dir, tmp_path):
     assert result.stderr.rstrip().splitlines()[-1].startswith(
         "cifar10_estimator.main: error: cannot reach the parameter server ps:0 "
         "(127.0.0.1:%d) after 2 s" % ps_port)
+
+
+@pytest.mark.slow
+def test_tf1_master_trains_and_evaluates_in_process(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    ps_port, master_port = local_cluster.free_ports(2)
+    spec = {"ps": ["127.0.0.1:%d" % ps_port], "master": ["127.0.0.1:%d" % master_port]}
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "20")
+    with open(str(tmp_path / "ps.log"), "w") as ps_log:
+        ps = start_module(MODULE, args, env={"TF_CONFIG": tf_config(spec, "ps")},
+                          stdout=ps_log, stderr=subprocess.STDOUT)
+    try:
+        result = run_module(MODULE, args, env={"TF_CONFIG": tf_config(spec, "master")},
+                            timeout=300)
+    finally:
+        ps.kill()
+        ps.wait()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert checkpoint_steps(job_dir)[-1] == 20
+    assert 0.0 <= eval_metrics(job_dir)[20]["accuracy"] <= 1.0
