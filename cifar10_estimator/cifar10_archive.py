@@ -181,12 +181,12 @@ def _validated_batch(path, batch):
         if key not in batch:
             raise invalid("no %r entry" % key)
     images = batch[b"data"]
-    if isinstance(images, np.ndarray) and images.ndim == 2 and len(images) == 0:
-        raise invalid("it holds no images")
     if not (isinstance(images, np.ndarray) and images.dtype == np.uint8 and images.ndim == 2
             and images.shape[1] == tfrecord_format.IMAGE_NUM_BYTES):
         raise invalid("b'data' must be a uint8 array of shape [N, %d], found %s"
                       % (tfrecord_format.IMAGE_NUM_BYTES, _describe(images)))
+    if not len(images):
+        raise invalid("it holds no images")
     try:
         labels = np.asarray(batch[b"labels"])
     except (ValueError, TypeError) as error:

@@ -128,7 +128,7 @@ def _write_temporary(path, batches):
                 num_examples += len(labels)
     except tf.errors.OpError as error:  # e.g. the disk is full
         os.remove(temporary)
-        raise Cifar10EstimatorError("cannot read or write %s: %s" % (path, error.message))
+        raise Cifar10EstimatorError("cannot write %s: %s" % (path, error.message))
     except BaseException:
         os.remove(temporary)
         raise

@@ -236,9 +236,8 @@ def make_input_fns(args, num_towers):
                                             args.eval_batch_size, False))
 
 
-def _prepare_cluster_task(run_config, ps_timeout_secs):
+def _prepare_cluster_task(run_config, task, ps_timeout_secs):
     """For a chief or worker of a TF_CONFIG cluster: start its server and the ps watchdog."""
-    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     if not (task and task.is_trainer):
         return
     if run_config.master:  # empty when the chief is the cluster's only task: no server
@@ -258,6 +257,7 @@ def train_and_evaluate(args):
     import tensorflow as tf
     from cifar10_estimator import export, model_fn
 
+    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     run_config = make_run_config(args)
     layout = model_fn.TowerLayout.for_devices(
         args.num_gpus, args.num_cpu_towers, args.variable_strategy)
@@ -276,14 +276,14 @@ def train_and_evaluate(args):
     train_input_fn, eval_input_fn = make_input_fns(args, layout.num_towers)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams), config=run_config)
-    _prepare_cluster_task(run_config, args.ps_timeout_secs)
+    _prepare_cluster_task(run_config, task, args.ps_timeout_secs)
     train_spec = tf.estimator.TrainSpec(train_input_fn, max_steps=args.train_steps)
     eval_spec = tf.estimator.EvalSpec(
         eval_input_fn, steps=eval_steps(args), start_delay_secs=0,
         throttle_secs=args.eval_every_secs, exporters=export.make_exporters())
     result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     metrics = result[0] if result else None
-    if metrics is None and not cluster.task_from_tf_config(os.environ.get("TF_CONFIG")):
+    if metrics is None and not task:
         # Training was already done, so train_and_evaluate skipped the final evaluation
         # too: the run that trained may have been killed before it evaluated.
         metrics = evaluate_and_export_latest(estimator, eval_spec)
@@ -300,6 +300,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
       The metrics (dict), or None where there is no checkpoint.
     """
     import tensorflow as tf
+    from cifar10_estimator import export
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:
         return None
@@ -307,7 +308,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
     metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps,
                                  checkpoint_path=checkpoint)
     for exporter in eval_spec.exporters:
-        exporter.export(estimator, os.path.join(estimator.model_dir, "export", exporter.name),
+        exporter.export(estimator, os.path.join(estimator.model_dir, export.EXPORT_SUBDIR, exporter.name),
                         checkpoint, metrics, is_the_final_export=True)
     return metrics
 
