@@ -33,11 +33,11 @@ setup(
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",
         "cifar10-train=cifar10_estimator.main:console_main",
-        "cifar10-local-cluster=cifar10_estimator.local_cluster:console_main",
-        "cifar10-synthetic-archive=cifar10_estimator.synthetic_archive:console_main",
-        "cifar10-predict=cifar10_estimator.predict:console_main",
-        "cifar10-evaluate=cifar10_estimator.evaluate:console_main",
-        "cifar10-benchmark=cifar10_estimator.benchmark:console_main",
+        "cifar10-local-cluster=cifar10_estimator.distributed.local_cluster:console_main",
+        "cifar10-synthetic-archive=cifar10_estimator.data.synthetic_archive:console_main",
+        "cifar10-predict=cifar10_estimator.serving.predict:console_main",
+        "cifar10-evaluate=cifar10_estimator.serving.evaluate:console_main",
+        "cifar10-benchmark=cifar10_estimator.benchmarks.suite:console_main",
     ]},
     classifiers=[
         "Programming Language :: Python :: 3.9",

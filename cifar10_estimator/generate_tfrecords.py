@@ -19,7 +19,9 @@ import tempfile
 
 import numpy as np
 
-from cifar10_estimator import cifar10_archive, download, tfrecord_format
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import cifar10_archive
+from cifar10_estimator.data import download
 from cifar10_estimator.cli import ArgumentParser, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError
 

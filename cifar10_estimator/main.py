@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from cifar10_estimator import cluster
+from cifar10_estimator.distributed import cluster
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.cli import (ArgumentParser, parse_bool, quiet_tensorflow_logs, run_command,
                                    stderr_dropped_on_user_error)
@@ -255,7 +255,8 @@ def train_and_evaluate(args):
     """
     _quiet_tensorflow_logs()
     import tensorflow as tf
-    from cifar10_estimator import export, model_fn
+    from cifar10_estimator import model_fn
+    from cifar10_estimator.serving import export
 
     task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     run_config = make_run_config(args)
@@ -300,7 +301,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
       The metrics (dict), or None where there is no checkpoint.
     """
     import tensorflow as tf
-    from cifar10_estimator import export
+    from cifar10_estimator.serving import export
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:
         return None
@@ -324,7 +325,7 @@ def _use_pooling_cpu_allocator():
     # TensorFlow's default CPU allocator hands each step's activations back to malloc,
     # which returns the pages to the OS; the next step faults them in again. The BFC
     # allocator keeps and reuses them. Measured on a 2-core CPU (ResNet-20, batch 128,
-    # TFRecords, the two runs interleaved by turns as cifar10_estimator.benchmark does):
+    # TFRecords, the two runs interleaved by turns as python -m cifar10_estimator.benchmarks does):
     # 6 % more examples/sec, 5 % less process CPU time, 160 MB less peak memory.
     # Read when TensorFlow first allocates, so set before it is imported; a value the
     # user exported wins (TF_CPU_ALLOCATOR_USE_BFC=false restores the default).

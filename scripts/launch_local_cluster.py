@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a TF_CONFIG cluster (ps, chief, workers, evaluator) as processes on 127.0.0.1.
 
-Same as `python -m cifar10_estimator.local_cluster`; runs from a checkout without
+Same as `python -m cifar10_estimator.distributed.local_cluster`; runs from a checkout without
 installing the package. Usage:
 
     python scripts/launch_local_cluster.py [--num-ps 1] [--num-workers 1] [--no-evaluator]
@@ -13,6 +13,6 @@ import sys
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-    from cifar10_estimator import local_cluster
+    from cifar10_estimator.distributed import local_cluster
 
     local_cluster.console_main()

@@ -48,7 +48,7 @@ python="$VENV_DIR/bin/python"
 
 archive="$data_dir/cifar-10-python.tar.gz"
 if [ "$synthetic" = 1 ] && [ ! -e "$archive" ]; then
-  "$python" -m cifar10_estimator.synthetic_archive --output "$archive"
+  "$python" -m cifar10_estimator.data.synthetic_archive --output "$archive"
 fi
 if ! "$python" -m cifar10_estimator.generate_tfrecords --data-dir "$data_dir"; then
   if [ "$synthetic" = 0 ]; then

@@ -1,6 +1,6 @@
 """Build small CIFAR-10 archives in the official layout and encoding, and tiny TFRecords.
 
-Archives come from cifar10_estimator.synthetic_archive, which writes the official
+Archives come from cifar10_estimator.data.synthetic_archive, which writes the official
 layout and Python 2 pickle encoding (byte-string keys, uint8 data [N, 3072]).
 """
 
@@ -8,11 +8,12 @@ import os
 
 import numpy as np
 
-from cifar10_estimator import download, synthetic_archive
-from cifar10_estimator.cifar10_archive import ARCHIVE_FILENAME as ARCHIVE_NAME  # noqa: F401
-from cifar10_estimator.cifar10_archive import BATCH_NAMES
+from cifar10_estimator.data import download
+from cifar10_estimator.data import synthetic_archive
+from cifar10_estimator.data.cifar10_archive import ARCHIVE_FILENAME as ARCHIVE_NAME  # noqa: F401
+from cifar10_estimator.data.cifar10_archive import BATCH_NAMES
 # The tests build archives with the package's own official-format writer.
-from cifar10_estimator.synthetic_archive import (  # noqa: F401
+from cifar10_estimator.data.synthetic_archive import (  # noqa: F401
     python2_pickle, random_batch, write_archive)
 
 TRAIN_BATCHES = BATCH_NAMES[:4]

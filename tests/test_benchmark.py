@@ -29,7 +29,7 @@ RUN_NAMES = {"estimator_tfrecords", "estimator_synthetic", "keras_fit",
 @pytest.fixture(scope="module")
 def smoke_report(tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("benchmark")
-    result = run_module("cifar10_estimator.benchmark", ["--smoke", "--output-dir", output_dir],
+    result = run_module("cifar10_estimator.benchmarks", ["--smoke", "--output-dir", output_dir],
                         timeout=300)
     assert result.returncode == 0, result.stderr[-5000:]
     with open(str(output_dir / "benchmark.json")) as stream:
@@ -42,7 +42,7 @@ def test_json_has_every_section_and_the_command(smoke_report):
     _, results, _ = smoke_report
     assert set(SECTIONS) <= set(results)
     assert results["mode"] == "smoke"
-    assert results["command"].startswith("python -m cifar10_estimator.benchmark --smoke")
+    assert results["command"].startswith("python -m cifar10_estimator.benchmarks --smoke")
     machine = results["machine"]
     assert machine["tensorflow_version"] and machine["cpu_model"] and machine["date"]
     assert machine["physical_cores"] >= 1
@@ -94,7 +94,7 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
 
 
 def test_modes_are_exclusive():
-    result = run_module("cifar10_estimator.benchmark", ["--smoke", "--full"])
+    result = run_module("cifar10_estimator.benchmarks", ["--smoke", "--full"])
     assert result.returncode == 2
     assert "not allowed with" in result.stderr
 
@@ -113,7 +113,7 @@ def _processes_mentioning(text):
 
 
 def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
-    process = start_module("cifar10_estimator.benchmark",
+    process = start_module("cifar10_estimator.benchmarks",
                            ["--smoke", "--output-dir", tmp_path / "out"],
                            env={"TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from cifar10_estimator import benchmark_machine
-from cifar10_estimator import benchmark_training
+from cifar10_estimator.benchmarks import machine
+from cifar10_estimator.benchmarks import training
 
 AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f"}
 AVX2 = {"sse2", "avx", "avx2", "fma"}
@@ -26,7 +26,7 @@ AVX2 = {"sse2", "avx", "avx2", "fma"}
     (set(), "", "", 2),
 ])
 def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, expected):
-    flops, isa = benchmark_machine.fp32_flops_per_cycle(flags, vendor, family)
+    flops, isa = machine.fp32_flops_per_cycle(flags, vendor, family)
     assert flops == expected, isa
 
 
@@ -34,17 +34,17 @@ def test_cpuinfo_is_read_per_processor(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\n"
                        "processor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
-    processors = benchmark_machine._read_cpuinfo(str(cpuinfo))
+    processors = machine._read_cpuinfo(str(cpuinfo))
     assert [cpu["processor"] for cpu in processors] == ["0", "1"]
     assert processors[0]["cpu family"] == "25"
 
 
 def _finish(argv, tmp_path):
     """Run argv as a benchmark child to its end; returns (status, CPU secs, peak RSS MB)."""
-    child = benchmark_training._Child(0, argv, dict(os.environ), str(tmp_path / "log"),
+    child = training._Child(0, argv, dict(os.environ), str(tmp_path / "log"),
                                       queue.Queue())
     while child.sample_memory():
-        time.sleep(benchmark_training.MEMORY_SAMPLE_SECS)
+        time.sleep(training.MEMORY_SAMPLE_SECS)
     return child.finish()
 
 
@@ -63,10 +63,10 @@ def test_a_childs_peak_memory_is_its_own(tmp_path):
 
 def test_has_exited_leaves_the_status_to_collect(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
-    while not benchmark_machine.has_exited(process.pid):
+    while not machine.has_exited(process.pid):
         time.sleep(0.01)
-    assert benchmark_machine.has_exited(process.pid)
-    assert benchmark_machine.peak_rss_mb(process.pid) is None  # an exited child has no memory
+    assert machine.has_exited(process.pid)
+    assert machine.peak_rss_mb(process.pid) is None  # an exited child has no memory
     _, status, _ = os.wait4(process.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 3
     process.returncode = 3

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cifar_archives import BATCH_NAMES, python2_pickle, random_batch, write_archive
-from cifar10_estimator import cifar10_archive
+from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 

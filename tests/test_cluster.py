@@ -16,14 +16,15 @@ import time
 
 import pytest
 
-from cifar10_estimator import cluster, local_cluster
+from cifar10_estimator.distributed import cluster
+from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import UsageError
-from cifar10_estimator.local_cluster import Task
+from cifar10_estimator.distributed.local_cluster import Task
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module, start_module
 from test_training import checkpoint_steps, eval_metrics, trainer_args
 
 MODULE = "cifar10_estimator.main"
-LAUNCHER = "cifar10_estimator.local_cluster"
+LAUNCHER = "cifar10_estimator.distributed.local_cluster"
 LOSS_AT_STEP = re.compile(r"\bloss = [0-9.e+-]+, step = (\d+)")
 def assert_async_final_step(job_dir, train_steps, num_trainers):
     final_step = checkpoint_steps(job_dir)[-1]

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from cifar_archives import ArchiveServer, breaks_first_request_after
-from cifar10_estimator import download
+from cifar10_estimator.data import download
 
 PAYLOAD = bytes(range(256)) * 800  # 204800 bytes
 PAYLOAD_MD5 = hashlib.md5(PAYLOAD).hexdigest()

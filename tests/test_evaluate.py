@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import evaluate, export, model_fn, tfrecord_format
+from cifar10_estimator import model_fn, tfrecord_format
+from cifar10_estimator.serving import evaluate
+from cifar10_estimator.serving import export
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import assert_one_line_error, run_module
 
 pytest_plugins = ["trained_job"]
 slow = pytest.mark.slow
 
-MODULE = "cifar10_estimator.evaluate"
+MODULE = "cifar10_estimator.serving.evaluate"
 
 
 def confusion_matrix(labels, predicted):

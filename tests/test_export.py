@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import export, model_fn, tfrecord_format
+from cifar10_estimator import model_fn, tfrecord_format
+from cifar10_estimator.serving import export
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import cli_env
 from test_training import eval_metrics

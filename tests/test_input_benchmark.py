@@ -6,13 +6,13 @@ import pytest
 
 from cifar10_estimator import cifar10
 from cifar10_estimator import cli
-from cifar10_estimator import input_benchmark
+from cifar10_estimator.benchmarks import input_pipeline
 
 TINY_RUN = ["--batch-size", "8", "--num-batches", "3", "--rounds", "2", "--warmup-batches", "1"]
 
 
 def test_benchmark_prints_both_rates_and_their_ratio(tiny_data_dir, capsys):
-    status = cli.run_command(input_benchmark.main, ["--data-dir", str(tiny_data_dir)] + TINY_RUN)
+    status = cli.run_command(input_pipeline.main, ["--data-dir", str(tiny_data_dir)] + TINY_RUN)
 
     output = capsys.readouterr().out
     assert status == 0
@@ -30,7 +30,7 @@ def test_original_pipeline_gives_the_same_kind_of_batches(tiny_data_dir):
 
     data_set = cifar10.Cifar10DataSet(str(tiny_data_dir), "train")
     with tf.Graph().as_default():
-        dataset = input_benchmark.original_input_pipeline(data_set.filename, 8, 64)
+        dataset = input_pipeline.original_input_pipeline(data_set.filename, 8, 64)
         images, labels = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
         with tf.compat.v1.Session() as session:
             image_values, label_values = session.run([images, labels])
@@ -40,7 +40,7 @@ def test_original_pipeline_gives_the_same_kind_of_batches(tiny_data_dir):
 
 
 def test_synthetic_train_file_reads_back(tmp_path):
-    input_benchmark.write_synthetic_train_tfrecords(str(tmp_path), num_examples=20)
+    input_pipeline.write_synthetic_train_tfrecords(str(tmp_path), num_examples=20)
 
     data_set = cifar10.Cifar10DataSet(str(tmp_path), "train", use_distortion=False)
     assert data_set.num_examples == 20
@@ -49,7 +49,7 @@ def test_synthetic_train_file_reads_back(tmp_path):
 
 
 def test_missing_data_directory_is_one_line_and_status_1(tmp_path, capsys):
-    status = cli.run_command(input_benchmark.main, ["--data-dir", str(tmp_path / "none")],
+    status = cli.run_command(input_pipeline.main, ["--data-dir", str(tmp_path / "none")],
                              prog="input_benchmark")
     error = capsys.readouterr().err
     assert status == 1
@@ -57,6 +57,6 @@ def test_missing_data_directory_is_one_line_and_status_1(tmp_path, capsys):
 
 
 def test_bad_flag_is_a_usage_error(capsys):
-    status = cli.run_command(input_benchmark.main, ["--batch-size", "0"], prog="input_benchmark")
+    status = cli.run_command(input_pipeline.main, ["--batch-size", "0"], prog="input_benchmark")
     assert status == 2
     assert "--batch-size" in capsys.readouterr().err

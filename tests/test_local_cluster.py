@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from cifar10_estimator import cluster, local_cluster
+from cifar10_estimator.distributed import cluster
+from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.local_cluster import LocalCluster, Task
+from cifar10_estimator.distributed.local_cluster import LocalCluster, Task
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
-LAUNCHER = "cifar10_estimator.local_cluster"
+LAUNCHER = "cifar10_estimator.distributed.local_cluster"
 
 
 def test_tasks_are_ps_first_then_chief_workers_and_evaluator():
@@ -170,7 +171,7 @@ def test_tasks_die_with_a_launcher_killed_outright(tmp_path):
                   % str(pid_file))
     launcher = subprocess.Popen(python(
         "import sys, time\n"
-        "from cifar10_estimator.local_cluster import LocalCluster, Task\n"
+        "from cifar10_estimator.distributed.local_cluster import LocalCluster, Task\n"
         "LocalCluster().start(Task('ps', 0), [sys.executable, '-c', %r], environment=None)\n"
         "time.sleep(600)\n" % ps_program), cwd=REPO_ROOT, env=cli_env(),
         stdout=subprocess.DEVNULL)

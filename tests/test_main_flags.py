@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import cifar_archives
-from cifar10_estimator import cluster
+from cifar10_estimator.distributed import cluster
 from cifar10_estimator import main as trainer
 from cifar10_estimator.errors import UsageError
 from cli_helpers import assert_one_line_error, run_module

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import export, tfrecord_format
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.serving import export
 from cli_helpers import assert_one_line_error, run_module
 
 pytest_plugins = ["trained_job"]
 slow = pytest.mark.slow
 
-MODULE = "cifar10_estimator.predict"
+MODULE = "cifar10_estimator.serving.predict"
 
 
 def write_image(path, height, width, encode, seed):

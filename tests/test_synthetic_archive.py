@@ -4,7 +4,9 @@ import pickle
 import pickletools
 import tarfile
 
-from cifar10_estimator import cifar10_archive, synthetic_archive, tfrecord_format
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import cifar10_archive
+from cifar10_estimator.data import synthetic_archive
 from cli_helpers import assert_one_line_error, run_module
 
 
@@ -24,7 +26,7 @@ def test_batches_are_pickled_as_python_2_wrote_them():
 
 def test_cli_archive_converts_with_a_warning_and_the_right_counts(tmp_path):
     archive = tmp_path / "data" / cifar10_archive.ARCHIVE_FILENAME
-    made = run_module("cifar10_estimator.synthetic_archive",
+    made = run_module("cifar10_estimator.data.synthetic_archive",
                       ["--output", archive, "--images-per-batch", "7"], timeout=120)
     assert made.returncode == 0, made.stderr
     with tarfile.open(str(archive)) as opened:
@@ -41,17 +43,17 @@ def test_cli_archive_converts_with_a_warning_and_the_right_counts(tmp_path):
 
 
 def test_non_positive_size_is_a_usage_error(tmp_path):
-    result = run_module("cifar10_estimator.synthetic_archive",
+    result = run_module("cifar10_estimator.data.synthetic_archive",
                         ["--output", tmp_path / "a.tar.gz", "--images-per-batch", "0"])
     assert_one_line_error(result, 2, "--images-per-batch")
 
 
 def test_output_that_cannot_be_written_is_a_one_line_error_leaving_nothing(tmp_path):
-    is_a_directory = run_module("cifar10_estimator.synthetic_archive", ["--output", tmp_path])
+    is_a_directory = run_module("cifar10_estimator.data.synthetic_archive", ["--output", tmp_path])
     assert_one_line_error(is_a_directory, 2, "is a directory")
 
     (tmp_path / "file").write_bytes(b"")
-    under_a_file = run_module("cifar10_estimator.synthetic_archive",
+    under_a_file = run_module("cifar10_estimator.data.synthetic_archive",
                               ["--output", tmp_path / "file" / "a.tar.gz"])
     assert_one_line_error(under_a_file, 1, "cannot write")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]

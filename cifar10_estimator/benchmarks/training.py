@@ -1,7 +1,7 @@
 """Training throughput of real runs, interleaved: the trainer CLI and Keras model.fit.
 
 The runs compared with each other start together as child processes (`python -m
-cifar10_estimator.main ...`, `python -m cifar10_estimator.benchmark_keras ...`). Each
+cifar10_estimator.main ...`, `python -m cifar10_estimator.benchmarks.keras_peer ...`). Each
 logs every 10 steps the trainer's ExamplesPerSecondHook line
 `Average examples/sec: A (C), step = S`, C being the rate over the 10 steps ending at S.
 A run that reaches warmup_steps is paused (SIGSTOP). The runs then take turns, one
@@ -30,8 +30,8 @@ import tempfile
 import threading
 import time
 
-from cifar10_estimator import benchmark_keras
-from cifar10_estimator import benchmark_machine
+from cifar10_estimator.benchmarks import keras_peer
+from cifar10_estimator.benchmarks import machine
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 HOOK_LINE = re.compile(r"Average examples/sec: [0-9.e+]+ \(([0-9.e+]+)\), step = (\d+)")
@@ -141,7 +141,7 @@ def trainer_argv(run, data_dir, job_dir, warmup_steps, timed_steps):
 
 
 def keras_argv(run, data_dir, warmup_steps, timed_steps):
-    return [sys.executable, "-m", "cifar10_estimator.benchmark_keras", "--data-dir", data_dir,
+    return [sys.executable, "-m", "cifar10_estimator.benchmarks.keras_peer", "--data-dir", data_dir,
             "--num-layers", str(run.num_layers), "--batch-size", str(run.batch_size),
             "--steps", str(total_steps(warmup_steps, timed_steps))] + list(run.extra_flags)
 
@@ -183,9 +183,9 @@ class _Child:
 
     def sample_memory(self):
         """Update max_rss_mb from the process's peak so far; False once it has exited."""
-        if benchmark_machine.has_exited(self.process.pid):
+        if machine.has_exited(self.process.pid):
             return False
-        peak = benchmark_machine.peak_rss_mb(self.process.pid)
+        peak = machine.peak_rss_mb(self.process.pid)
         if peak is not None:
             self.max_rss_mb = max(peak, self.max_rss_mb or 0.0)
         return True
@@ -256,15 +256,15 @@ class _Interleaving:
     def take_turn(self, index, batch_size):
         """Resume child `index` for one logged interval; returns (examples/sec, others' share)."""
         child = self.children[index]
-        busy, own = (benchmark_machine.cpu_busy_secs(),
-                     benchmark_machine.process_cpu_secs(child.process.pid))
+        busy, own = (machine.cpu_busy_secs(),
+                     machine.process_cpu_secs(child.process.pid))
         start = time.perf_counter()
         paused_secs = child.resume()
         step, rate = self.next_interval(index)
         child.pause()
         wall_secs = time.perf_counter() - start
-        busy_now, own_now = (benchmark_machine.cpu_busy_secs(),
-                             benchmark_machine.process_cpu_secs(child.process.pid))
+        busy_now, own_now = (machine.cpu_busy_secs(),
+                             machine.process_cpu_secs(child.process.pid))
         examples = batch_size * (step - child.last_step)
         child.last_step = step
         # The child's interval ran from its previous line, including the pause since then.
@@ -349,6 +349,6 @@ def measure_interleaved(runs, data_dir, work_dir, warmup_steps, timed_steps, rep
 def _keras_result(log_path):
     with open(log_path) as log:
         for line in log:
-            if line.startswith(benchmark_keras.RESULT_PREFIX):
-                return json.loads(line[len(benchmark_keras.RESULT_PREFIX):])
+            if line.startswith(keras_peer.RESULT_PREFIX):
+                return json.loads(line[len(keras_peer.RESULT_PREFIX):])
     raise Cifar10EstimatorError("the Keras run printed no result; see its log %s" % log_path)

@@ -1,6 +1,6 @@
 """Classify image files with an exported model.
 
-    python -m cifar10_estimator.predict --export-dir JOB IMAGE [IMAGE ...]
+    python -m cifar10_estimator.serving.predict --export-dir JOB IMAGE [IMAGE ...]
 
 Prints one line per image and class: path, class name and probability, separated by
 tabs; with --top-k K each image gets K lines, most probable class first. Images may be
@@ -19,7 +19,7 @@ from cifar10_estimator import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
-PROG = "cifar10_estimator.predict"
+PROG = "cifar10_estimator.serving.predict"
 
 
 def build_parser():
@@ -49,7 +49,7 @@ def load_image_bytes_signature(export_dir):
       Cifar10EstimatorError: no loadable export there, or one without the signature.
     """
     import tensorflow as tf
-    from cifar10_estimator import export
+    from cifar10_estimator.serving import export
     path = export.resolve_export_dir(export_dir)
     try:
         model = tf.saved_model.load(path)

@@ -7,7 +7,7 @@ in channel-major order and `labels` a list of ints. This module writes the same
 layout and the same pickle opcodes, so the whole pipeline (extract, safe unpickle,
 convert, train) can run where the real archive cannot be downloaded:
 
-    python -m cifar10_estimator.synthetic_archive --output DATA/cifar-10-python.tar.gz
+    python -m cifar10_estimator.data.synthetic_archive --output DATA/cifar-10-python.tar.gz
     python -m cifar10_estimator.generate_tfrecords --data-dir DATA
 """
 
@@ -20,7 +20,8 @@ import tarfile
 
 import numpy as np
 
-from cifar10_estimator import cifar10_archive, tfrecord_format
+from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.cli import ArgumentParser, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 

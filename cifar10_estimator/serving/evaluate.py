@@ -1,6 +1,6 @@
 """Evaluate a checkpoint on every example of a subset: accuracy, per class, confusion matrix.
 
-    python -m cifar10_estimator.evaluate --job-dir JOB --data-dir DATA [--subset validation]
+    python -m cifar10_estimator.serving.evaluate --job-dir JOB --data-dir DATA [--subset validation]
 
 The network is rebuilt from job-dir/hparams.json (written by training) and restored
 from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
@@ -17,7 +17,7 @@ from cifar10_estimator import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
-PROG = "cifar10_estimator.evaluate"
+PROG = "cifar10_estimator.serving.evaluate"
 CLASS_NAMES = tfrecord_format.CLASS_NAMES
 NUM_CLASSES = tfrecord_format.NUM_CLASSES
 
@@ -206,7 +206,7 @@ def main(argv):
     if args.batch_size <= 0:
         raise UsageError("--batch-size must be positive, got %d" % args.batch_size)
     quiet_tensorflow_logs("2", "ERROR")
-    from cifar10_estimator import export
+    from cifar10_estimator.serving import export
 
     hparams = export.load_hparams(args.job_dir)
     checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)

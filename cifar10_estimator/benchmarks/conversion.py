@@ -22,9 +22,9 @@ import time
 # Imported up front so that neither way's timing includes loading TensorFlow.
 import tensorflow as tf
 
-from cifar10_estimator import cifar10_archive
+from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator import generate_tfrecords
-from cifar10_estimator import synthetic_archive
+from cifar10_estimator.data import synthetic_archive
 from cifar10_estimator import tfrecord_format
 
 IMAGES_PER_OFFICIAL_BATCH = 10000

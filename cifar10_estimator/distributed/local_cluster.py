@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from cifar10_estimator import cluster
+from cifar10_estimator.distributed import cluster
 from cifar10_estimator.cli import ArgumentParser, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 

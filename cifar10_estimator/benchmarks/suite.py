@@ -1,6 +1,6 @@
 """Benchmarks: throughput measured on this machine, against its ceiling and the alternatives.
 
-    python -m cifar10_estimator.benchmark [--smoke | --quick | --full] [--output-dir DIR]
+    python -m cifar10_estimator.benchmarks [--smoke | --quick | --full] [--output-dir DIR]
 
 writes DIR/benchmark.json and DIR/benchmark.md (the machine, the command, every
 measurement and the ratios against their targets):
@@ -34,7 +34,7 @@ import time
 
 from cifar10_estimator import cli
 
-PROG = "python -m cifar10_estimator.benchmark"
+PROG = "python -m cifar10_estimator.benchmarks"
 JSON_FILENAME = "benchmark.json"
 MARKDOWN_FILENAME = "benchmark.md"
 # Each official batch file holds 10000 images: 40000 train, 10000 validation, 10000 eval.
@@ -106,7 +106,7 @@ def build_parser():
 def main(argv):
     args = build_parser().parse_args(argv)
     # `kill` must not leave paused trainers and the work directory behind: SIGTERM
-    # unwinds like Ctrl-C, through the clean-up below and in benchmark_training.
+    # unwinds like Ctrl-C, through the clean-up below and in training.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # Graph building for the FLOPs count logs notices that are not the benchmark's.
     cli.quiet_tensorflow_logs("1", "ERROR")
@@ -120,7 +120,7 @@ def main(argv):
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    from cifar10_estimator import benchmark_report
+    from cifar10_estimator.benchmarks import report
 
     json_path = os.path.join(args.output_dir, JSON_FILENAME)
     markdown_path = os.path.join(args.output_dir, MARKDOWN_FILENAME)
@@ -128,7 +128,7 @@ def main(argv):
         json.dump(results, stream, indent=2)
         stream.write("\n")
     with open(markdown_path, "w") as stream:
-        stream.write(benchmark_report.markdown(results))
+        stream.write(report.markdown(results))
     print("wrote %s and %s" % (json_path, markdown_path))
 
 
@@ -142,12 +142,12 @@ def _percent(share):
 
 def run_benchmarks(mode, work_dir, command):
     """Run every section of `mode` in work_dir; returns the results as a JSON-ready dict."""
-    from cifar10_estimator import benchmark_machine
+    from cifar10_estimator.benchmarks import machine
 
-    started, meter = time.time(), benchmark_machine.BackgroundCpuMeter()
+    started, meter = time.time(), machine.BackgroundCpuMeter()
     results = {"command": command, "mode": mode.name, "settings": dataclasses.asdict(mode),
-               "load_average_start": benchmark_machine.load_average(),
-               "machine": benchmark_machine.describe_machine()}
+               "load_average_start": machine.load_average(),
+               "machine": machine.describe_machine()}
     data_dir = os.path.join(work_dir, "data")
     results["conversion"] = conversion_section(mode, work_dir, data_dir)
     training_data_dir = os.path.join(work_dir, "training_data")
@@ -156,7 +156,7 @@ def run_benchmarks(mode, work_dir, command):
     results["flops"] = flops_section(mode)
     results["training"] = training_section(mode, training_data_dir, work_dir)
     results["comparisons"] = comparisons(results)
-    results["load_average_end"] = benchmark_machine.load_average()
+    results["load_average_end"] = machine.load_average()
     results["background_cpu_share"] = meter.share()
     results["duration_secs"] = time.time() - started
     return results
@@ -164,19 +164,19 @@ def run_benchmarks(mode, work_dir, command):
 
 def conversion_section(mode, work_dir, data_dir):
     """Section 5: the package's converter against the original way, on one archive."""
-    from cifar10_estimator import benchmark_conversion
+    from cifar10_estimator.benchmarks import conversion
 
     archive = os.path.join(work_dir, "archive", "cifar-10-python.tar.gz")
     os.makedirs(os.path.dirname(archive))
     num_images = 6 * mode.images_per_archive_batch
     _say("writing an official-format archive of %d random images" % num_images)
-    benchmark_conversion.write_official_format_archive(archive, mode.images_per_archive_batch)
+    conversion.write_official_format_archive(archive, mode.images_per_archive_batch)
 
     def report(round_index, way, measurement):
         _say("conversion round %d: %-8s %6.2f s  %8.0f images/sec"
              % (round_index + 1, way, measurement.seconds, measurement.images_per_sec(num_images)))
 
-    measurements, same_examples = benchmark_conversion.compare_conversions(
+    measurements, same_examples = conversion.compare_conversions(
         archive, os.path.join(work_dir, "conversions"), mode.conversion_rounds,
         keep_package_output=data_dir, report=report)
     section = {"num_images": num_images, "archive_bytes": os.path.getsize(archive),
@@ -196,7 +196,8 @@ def prepare_training_data(converted_dir, training_data_dir, num_eval_examples):
     Training is timed without the final evaluation, but every run does one; a small eval
     file keeps it from dominating the wall time.
     """
-    from cifar10_estimator import cifar10_archive, generate_tfrecords, tfrecord_format
+    from cifar10_estimator import generate_tfrecords, tfrecord_format
+    from cifar10_estimator.data import cifar10_archive
 
     os.makedirs(training_data_dir)
     train_path = tfrecord_format.tfrecord_path(training_data_dir, "train")
@@ -212,31 +213,31 @@ def prepare_training_data(converted_dir, training_data_dir, num_eval_examples):
 
 def input_pipeline_section(mode, data_dir):
     """Section 1: Cifar10DataSet against the original tutorial's pipeline (input_benchmark)."""
-    from cifar10_estimator import input_benchmark
+    from cifar10_estimator.benchmarks import input_pipeline
 
     def report(round_index, original, dataset):
         _say("input round %d: original %.0f examples/sec, Cifar10DataSet %.0f examples/sec"
              % (round_index + 1, original.examples_per_sec, dataset.examples_per_sec))
 
-    comparison = input_benchmark.compare_input_pipelines(
+    comparison = input_pipeline.compare_input_pipelines(
         data_dir, mode.batch_size, mode.input_batches, mode.input_rounds,
         mode.input_warmup_batches, report)
     return {
         "batch_size": mode.batch_size,
         "original_examples_per_sec": [m.examples_per_sec for m in comparison.original],
         "dataset_examples_per_sec": [m.examples_per_sec for m in comparison.dataset],
-        "original_cpu_ms_per_batch": input_benchmark.mean_cpu_ms_per_batch(comparison.original),
-        "dataset_cpu_ms_per_batch": input_benchmark.mean_cpu_ms_per_batch(comparison.dataset),
+        "original_cpu_ms_per_batch": input_pipeline.mean_cpu_ms_per_batch(comparison.original),
+        "dataset_cpu_ms_per_batch": input_pipeline.mean_cpu_ms_per_batch(comparison.dataset),
     }
 
 
 def flops_section(mode):
     """Section 6 (counts): FLOPs per example of each measured depth."""
-    from cifar10_estimator import benchmark_flops
+    from cifar10_estimator.benchmarks import flops
 
     counts = {}
     for depth in mode.depths:
-        counts[str(depth)] = benchmark_flops.count_model_flops(depth, mode.batch_size)
+        counts[str(depth)] = flops.count_model_flops(depth, mode.batch_size)
         _say("ResNet-%d: %.1f MFLOPs/example forward, %.1f MFLOPs/example per training step, "
              "%d trainable parameters"
              % (depth, counts[str(depth)]["forward_flops_per_example"] / 1e6,
@@ -247,7 +248,7 @@ def flops_section(mode):
 
 def training_runs(depth, batch_size):
     """The runs compared at one depth: real data, the ceiling, Keras, two towers, allocators."""
-    from cifar10_estimator.benchmark_training import TrainingRun
+    from cifar10_estimator.benchmarks.training import TrainingRun
 
     return [
         TrainingRun("estimator_tfrecords", "estimator", depth, batch_size),
@@ -267,18 +268,18 @@ def training_runs(depth, batch_size):
 
 def training_section(mode, data_dir, work_dir):
     """Sections 2-4 and 6 (memory): the runs of each depth interleaved, once per round."""
-    from cifar10_estimator import benchmark_training
+    from cifar10_estimator.benchmarks import training
 
     jobs_dir = os.path.join(work_dir, "jobs")
     os.makedirs(jobs_dir, exist_ok=True)
     section = {"warmup_steps": mode.warmup_steps, "timed_steps": mode.timed_steps,
                "rounds": mode.training_rounds, "batch_size": mode.batch_size,
-               "steps_per_turn": benchmark_training.LOG_EVERY_N_STEPS, "runs": []}
+               "steps_per_turn": training.LOG_EVERY_N_STEPS, "runs": []}
     for depth in mode.depths:
         runs = training_runs(depth, mode.batch_size)
         rounds = []
         for round_index in range(mode.training_rounds):
-            rounds.append(benchmark_training.measure_interleaved(
+            rounds.append(training.measure_interleaved(
                 runs, data_dir, jobs_dir, mode.warmup_steps, mode.timed_steps,
                 _turn_reporter(round_index)))
         for run in runs:
@@ -385,6 +386,3 @@ def comparisons(results):
 def console_main():
     sys.exit(cli.run_command(main, prog=PROG))
 
-
-if __name__ == "__main__":
-    console_main()

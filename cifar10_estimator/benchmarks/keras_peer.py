@@ -9,7 +9,7 @@ learning rate. The data are the same too: Cifar10DataSet's tf.data batches, read
 the same TFRecords with the same augmentation. Run as a child process of the benchmark,
 so eager Keras never shares a process with the graph-mode Estimator:
 
-    python -m cifar10_estimator.benchmark_keras --data-dir DIR --num-layers 20 \
+    python -m cifar10_estimator.benchmarks.keras_peer --data-dir DIR --num-layers 20 \
         --batch-size 128 --steps 130
 
 Every 10 steps it prints the trainer's ExamplesPerSecondHook line, so both are timed
@@ -154,7 +154,7 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m cifar10_estimator.benchmark_keras",
+        prog="python -m cifar10_estimator.benchmarks.keras_peer",
         description="Steady-state examples/sec of the ResNet under Keras model.fit.")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--num-layers", type=int, default=20)

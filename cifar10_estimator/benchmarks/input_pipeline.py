@@ -8,7 +8,7 @@ so load from other processes hits both alike. A fresh session per measurement al
 stops the idle pipeline from filling its prefetch buffers in the background, which
 would otherwise count work done outside its timed window. Usage:
 
-    python -m cifar10_estimator.input_benchmark [--data-dir DIR] [--batch-size 128]
+    python -m cifar10_estimator.benchmarks.input_pipeline [--data-dir DIR] [--batch-size 128]
 
 Without --data-dir, a synthetic train file of 40000 random images is written to a
 temporary directory first.
@@ -196,7 +196,7 @@ def _int_at_least(minimum):
 
 def build_parser():
     parser = cli.ArgumentParser(
-        prog="python -m cifar10_estimator.input_benchmark",
+        prog="python -m cifar10_estimator.benchmarks.input_pipeline",
         description="Examples/sec of Cifar10DataSet versus the original tutorial's pipeline, "
                     "on the same train file.")
     parser.add_argument("--data-dir", help="directory with train.tfrecords (default: %d "
@@ -247,7 +247,7 @@ def _compare_and_print(data_dir, args):
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main, prog="cifar10_estimator.input_benchmark"))
+    raise SystemExit(cli.run_command(main, prog="cifar10_estimator.benchmarks.input_pipeline"))
 
 
 if __name__ == "__main__":
