@@ -3,11 +3,7 @@
 fetch (download.py) -> verify -> extract and unpickle safely (cifar10_archive.py)
 -> write train/validation/eval TFRecords and their counts (this module).
 
-Records are serialized straight from numpy arrays: a tf.train.Example with one
-3072-byte `image` and one small `label` has a fixed wire layout, so every record
-is a copy of one template with the image bytes and the label byte filled in. The
-result is byte-for-byte what `tf.train.Example.SerializeToString(deterministic=True)`
-writes, and parses exactly like the original tutorial's records.
+Records are encoded by tfrecord_format (the on-disk format).
 """
 
 import argparse
@@ -15,9 +11,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
-
-import numpy as np
 
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
@@ -27,129 +20,6 @@ from cifar10_estimator.errors import Cifar10EstimatorError
 
 URL_ENVIRONMENT_VARIABLE = "CIFAR10_DOWNLOAD_URL"
 DEFAULT_DOWNLOAD_ATTEMPTS = 5
-# Records serialized per numpy pass: bounds the extra memory to a few MB.
-_RECORDS_PER_CHUNK = 4096
-
-
-def _varint(value):
-    encoded = bytearray()
-    while value > 0x7F:
-        encoded.append(value & 0x7F | 0x80)
-        value >>= 7
-    encoded.append(value)
-    return bytes(encoded)
-
-
-def _field(field_number, payload):
-    """A length-delimited protobuf field (wire type 2): tag, length, payload."""
-    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _example_template():
-    """A serialized Example with a zero image and label 0, and where its image bytes start.
-
-    Field numbers from tensorflow/core/example/{example,feature}.proto. Map entries are
-    in key order (image, label), as deterministic serialization writes them.
-    """
-    image_feature = _field(1, _field(1, bytes(tfrecord_format.IMAGE_NUM_BYTES)))  # bytes_list.value
-    label_feature = _field(3, _field(1, _varint(0)))  # int64_list.value, packed
-    # Map entries: key = 1, value = 2.
-    image_entry = _field(1, tfrecord_format.IMAGE_KEY.encode()) + _field(2, image_feature)
-    label_entry = _field(1, tfrecord_format.LABEL_KEY.encode()) + _field(2, label_feature)
-    features = _field(1, image_entry) + _field(1, label_entry)  # Features.feature map
-    template = _field(1, features)  # Example.features
-    # The image bytes end the image entry; the label's one-byte varint ends the record.
-    image_end = len(template) - len(_field(1, label_entry))
-    return np.frombuffer(template, np.uint8), image_end - tfrecord_format.IMAGE_NUM_BYTES
-
-
-_TEMPLATE, _IMAGE_START = _example_template()
-_IMAGE_END = _IMAGE_START + tfrecord_format.IMAGE_NUM_BYTES
-RECORD_NUM_BYTES = len(_TEMPLATE)
-_MAX_ONE_BYTE_LABEL = 0x7F
-
-
-def serialize_examples(images, labels):
-    """Serialize one tf.train.Example (`image` bytes, `label` int64) per image.
-
-    Args:
-      images: uint8 array [N, 3072], each row an image in CIFAR's channel-major order.
-      labels: integer array [N], each 0..127 (CIFAR-10 uses 0..9).
-
-    Returns:
-      uint8 array [N, RECORD_NUM_BYTES]; row i is Example i's serialized bytes.
-
-    Raises:
-      ValueError: wrong shapes or types, or a label outside 0..127.
-    """
-    images = np.asarray(images)
-    labels = np.asarray(labels)
-    if (images.dtype != np.uint8 or images.ndim != 2
-            or images.shape[1] != tfrecord_format.IMAGE_NUM_BYTES):
-        raise ValueError("images must be uint8 [N, %d], got %s %s"
-                         % (tfrecord_format.IMAGE_NUM_BYTES, images.dtype, images.shape))
-    if labels.shape != (len(images),) or (len(labels) and labels.dtype.kind not in "iu"):
-        raise ValueError("labels must be %d integers, got %s %s"
-                         % (len(images), labels.dtype, labels.shape))
-    if len(labels) and (labels.min() < 0 or labels.max() > _MAX_ONE_BYTE_LABEL):
-        raise ValueError("labels must be in 0..%d, got %d..%d"
-                         % (_MAX_ONE_BYTE_LABEL, labels.min(), labels.max()))
-    records = np.empty((len(images), RECORD_NUM_BYTES), np.uint8)
-    records[:, :_IMAGE_START] = _TEMPLATE[:_IMAGE_START]
-    records[:, _IMAGE_START:_IMAGE_END] = images
-    records[:, _IMAGE_END:] = _TEMPLATE[_IMAGE_END:]
-    records[:, -1] = labels
-    return records
-
-
-def _write_examples(writer, images, labels):
-    for start in range(0, len(images), _RECORDS_PER_CHUNK):
-        stop = start + _RECORDS_PER_CHUNK
-        records = serialize_examples(images[start:stop], labels[start:stop]).tobytes()
-        for offset in range(0, len(records), RECORD_NUM_BYTES):
-            writer.write(records[offset:offset + RECORD_NUM_BYTES])
-
-
-def _write_temporary(path, batches):
-    """Write (images, labels) batches as Examples to a hidden file beside `path`.
-
-    Returns:
-      (temporary path, number of examples); the caller renames it into place.
-    """
-    # Imported here: TensorFlow takes seconds to load, flag and download errors need not wait.
-    import tensorflow as tf
-
-    directory, name = os.path.split(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix="." + name + ".", suffix=".tmp")
-    os.close(descriptor)
-    num_examples = 0
-    try:
-        with tf.io.TFRecordWriter(temporary) as writer:
-            for images, labels in batches:
-                _write_examples(writer, images, labels)
-                num_examples += len(labels)
-    except tf.errors.OpError as error:  # e.g. the disk is full
-        os.remove(temporary)
-        raise Cifar10EstimatorError("cannot write %s: %s" % (path, error.message))
-    except BaseException:
-        os.remove(temporary)
-        raise
-    return temporary, num_examples
-
-
-def write_tfrecords(path, images, labels):
-    """Write one TFRecord file of Examples from in-memory arrays, atomically.
-
-    Args:
-      path: the file to write; it appears only once complete.
-      images, labels: as for `serialize_examples`.
-
-    Returns:
-      the number of examples written.
-    """
-    temporary, num_examples = _write_temporary(path, [(images, labels)])
-    os.replace(temporary, path)
-    return num_examples
 
 
 def convert_batches(batches_dir, data_dir):
@@ -170,7 +40,7 @@ def convert_batches(batches_dir, data_dir):
         for subset in tfrecord_format.SUBSETS:
             batch_paths = [os.path.join(batches_dir, name)
                            for name in cifar10_archive.SUBSET_BATCHES[subset]]
-            staged[subset] = _write_temporary(
+            staged[subset] = tfrecord_format.write_temporary_tfrecords(
                 tfrecord_format.tfrecord_path(data_dir, subset),
                 (cifar10_archive.load_batch(path) for path in batch_paths))
         metadata = tfrecord_format.metadata_path(data_dir)

@@ -93,7 +93,7 @@ def test_serialized_examples_are_those_tf_train_example_writes():
     images = rng.randint(0, 256, size=(20, 3072)).astype(np.uint8)
     labels = np.array([0, 9, 127] + list(rng.randint(0, 10, size=17)))
 
-    records = generate_tfrecords.serialize_examples(images, labels)
+    records = tfrecord_format.serialize_examples(images, labels)
 
     features = {"image": tf.io.FixedLenFeature([], tf.string),
                 "label": tf.io.FixedLenFeature([], tf.int64)}
@@ -116,7 +116,7 @@ def test_serialized_examples_are_those_tf_train_example_writes():
 ])
 def test_serialize_rejects_what_it_cannot_encode(images, labels, problem):
     with pytest.raises(ValueError, match=problem):
-        generate_tfrecords.serialize_examples(images, labels)
+        tfrecord_format.serialize_examples(images, labels)
 
 
 def test_write_tfrecords_from_arrays(tmp_path):
@@ -125,7 +125,7 @@ def test_write_tfrecords_from_arrays(tmp_path):
     labels = rng.randint(0, 10, size=5000)
     path = str(tmp_path / "arrays.tfrecords")
 
-    assert generate_tfrecords.write_tfrecords(path, images, labels) == 5000
+    assert tfrecord_format.write_tfrecords(path, images, labels) == 5000
 
     read_images, read_labels = read_tfrecords(path)
     np.testing.assert_array_equal(read_images, images)

@@ -24,7 +24,6 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10
 from cifar10_estimator import cli
-from cifar10_estimator import generate_tfrecords
 from cifar10_estimator import tfrecord_format
 
 SYNTHETIC_NUM_EXAMPLES = 40000
@@ -108,7 +107,7 @@ def write_synthetic_train_tfrecords(data_dir, num_examples=SYNTHETIC_NUM_EXAMPLE
     images = rng.randint(0, 256, size=(num_examples, tfrecord_format.IMAGE_NUM_BYTES),
                          dtype=np.uint8)
     labels = rng.randint(0, tfrecord_format.NUM_CLASSES, size=num_examples)
-    generate_tfrecords.write_tfrecords(
+    tfrecord_format.write_tfrecords(
         tfrecord_format.tfrecord_path(data_dir, "train"), images, labels)
     tfrecord_format.write_metadata(data_dir, {"train": num_examples})
 

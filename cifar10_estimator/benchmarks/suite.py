@@ -196,7 +196,7 @@ def prepare_training_data(converted_dir, training_data_dir, num_eval_examples):
     Training is timed without the final evaluation, but every run does one; a small eval
     file keeps it from dominating the wall time.
     """
-    from cifar10_estimator import generate_tfrecords, tfrecord_format
+    from cifar10_estimator import tfrecord_format
     from cifar10_estimator.data import cifar10_archive
 
     os.makedirs(training_data_dir)
@@ -204,7 +204,7 @@ def prepare_training_data(converted_dir, training_data_dir, num_eval_examples):
     os.link(tfrecord_format.tfrecord_path(converted_dir, "train"), train_path)
     images, labels = cifar10_archive.load_batch(os.path.join(
         cifar10_archive.batches_dir(converted_dir), cifar10_archive.SUBSET_BATCHES["eval"][0]))
-    num_eval = generate_tfrecords.write_tfrecords(
+    num_eval = tfrecord_format.write_tfrecords(
         tfrecord_format.tfrecord_path(training_data_dir, "eval"),
         images[:num_eval_examples], labels[:num_eval_examples])
     tfrecord_format.write_metadata(training_data_dir, {
