@@ -9,11 +9,34 @@ import tempfile
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 
+def invoked_program():
+    """The program as the user typed it, for usage lines and error messages.
+
+    `python -m cifar10_estimator.main` when run as a module, the console command's
+    name (`cifar10-train`) when run through one, `python scripts/x.py` for a script.
+    """
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if main_spec is not None and main_spec.name.startswith("cifar10_estimator"):
+        module = main_spec.name
+        if module.endswith(".__main__"):
+            module = module[:-len(".__main__")]
+        return "python -m " + module
+    command = sys.argv[0] if sys.argv and sys.argv[0] else "cifar10_estimator"
+    if command.endswith(".py"):
+        return "python " + command
+    return os.path.basename(command)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An argparse parser whose flag errors raise UsageError instead of exiting.
 
-    That keeps flag errors and validation errors on one path: `run_command`.
+    That keeps flag errors and validation errors on one path: `run_command`. Its
+    program name is the one the user typed (`invoked_program`).
     """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("prog", invoked_program())
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(message)
@@ -41,13 +64,13 @@ def run_command(main, argv=None, prog=None):
       main: function taking the argument list (without the program name); it may
         return None or an int exit status.
       argv: arguments, default sys.argv[1:].
-      prog: program name for messages, default the basename of sys.argv[0].
+      prog: program name for messages, default `invoked_program()`.
 
     Returns:
       0 on success, the error's exit status for a Cifar10EstimatorError
       (printed as one line on stderr), 130 on Ctrl-C.
     """
-    prog = prog or os.path.basename(sys.argv[0] or "cifar10_estimator")
+    prog = prog or invoked_program()
     try:
         status = main(sys.argv[1:] if argv is None else argv)
     except Cifar10EstimatorError as error:

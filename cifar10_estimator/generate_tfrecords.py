@@ -144,7 +144,6 @@ def _positive_int(text):
 
 def build_parser():
     parser = ArgumentParser(
-        prog="generate_tfrecords",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Convert CIFAR-10 (python version) into the TFRecord files the training "
                     "reads:\n"
@@ -212,7 +211,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(run_command(main, prog="generate_tfrecords"))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

@@ -12,16 +12,12 @@ import sys
 
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import (ArgumentParser, parse_bool, quiet_tensorflow_logs, run_command,
+from cifar10_estimator.cli import (ArgumentParser, invoked_program, parse_bool, quiet_tensorflow_logs, run_command,
                                    stderr_dropped_on_user_error)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
-PROG = "cifar10_estimator.main"
-
-
 def build_parser():
     parser = ArgumentParser(
-        prog=PROG,
         description="Train a ResNet on CIFAR-10 with tf.estimator.train_and_evaluate: "
                     "one tower per GPU (or per logical CPU device), gradients averaged.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -317,7 +313,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
 def _exit_with_error(message):
     # Called by the ps watchdog while the main thread may wait inside TensorFlow's C++
     # runtime, which no Python exception interrupts: end the process from here.
-    print("%s: error: %s" % (PROG, message), file=sys.stderr, flush=True)
+    print("%s: error: %s" % (invoked_program(), message), file=sys.stderr, flush=True)
     os._exit(Cifar10EstimatorError.exit_status)
 
 
@@ -345,7 +341,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(run_command(main, prog=PROG))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

@@ -195,7 +195,6 @@ def _int_at_least(minimum):
 
 def build_parser():
     parser = cli.ArgumentParser(
-        prog="python -m cifar10_estimator.benchmarks.input_pipeline",
         description="Examples/sec of Cifar10DataSet versus the original tutorial's pipeline, "
                     "on the same train file.")
     parser.add_argument("--data-dir", help="directory with train.tfrecords (default: %d "
@@ -246,7 +245,7 @@ def _compare_and_print(data_dir, args):
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main, prog="cifar10_estimator.benchmarks.input_pipeline"))
+    raise SystemExit(cli.run_command(main))
 
 
 if __name__ == "__main__":

@@ -154,7 +154,6 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m cifar10_estimator.benchmarks.keras_peer",
         description="Steady-state examples/sec of the ResNet under Keras model.fit.")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--num-layers", type=int, default=20)

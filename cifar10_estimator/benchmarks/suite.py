@@ -34,7 +34,6 @@ import time
 
 from cifar10_estimator import cli
 
-PROG = "python -m cifar10_estimator.benchmarks"
 JSON_FILENAME = "benchmark.json"
 MARKDOWN_FILENAME = "benchmark.md"
 # Each official batch file holds 10000 images: 40000 train, 10000 validation, 10000 eval.
@@ -85,7 +84,7 @@ MODES = {
 
 def build_parser():
     parser = cli.ArgumentParser(
-        prog=PROG, description="Measure input, training and conversion throughput on this "
+        description="Measure input, training and conversion throughput on this "
                                "machine and write benchmark.json and benchmark.md.")
     modes = parser.add_mutually_exclusive_group()
     for name, text in (("smoke", "check the machinery in under a minute (ResNet-8, tiny data)"),
@@ -111,7 +110,7 @@ def main(argv):
     # Graph building for the FLOPs count logs notices that are not the benchmark's.
     cli.quiet_tensorflow_logs("1", "ERROR")
     mode = MODES[args.mode]
-    command = " ".join([PROG] + [shlex.quote(arg) for arg in argv])
+    command = " ".join([cli.invoked_program()] + [shlex.quote(arg) for arg in argv])
     os.makedirs(args.output_dir, exist_ok=True)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_benchmark_")
     os.makedirs(work_dir, exist_ok=True)
@@ -384,5 +383,5 @@ def comparisons(results):
 
 
 def console_main():
-    sys.exit(cli.run_command(main, prog=PROG))
+    sys.exit(cli.run_command(main))
 

@@ -114,7 +114,6 @@ def write_archive(path, batches, extra_members=()):
 
 def build_parser():
     parser = ArgumentParser(
-        prog="synthetic_archive",
         description="Write %s of random images in the official CIFAR-10 format (six "
                     "Python 2 pickles), to run the pipeline offline. generate_tfrecords "
                     "converts it with a warning that its MD5 is not the official one."
@@ -150,7 +149,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(run_command(main, prog="synthetic_archive"))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from cifar10_estimator.distributed import cluster
 from cifar10_estimator.cli import ArgumentParser, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
-PROG = "launch_local_cluster"
 HOST = "127.0.0.1"
 TRAINER_MODULE = "cifar10_estimator.main"
 POLL_SECS = 0.2
@@ -254,7 +253,6 @@ class LocalCluster:
 
 def build_parser():
     parser = ArgumentParser(
-        prog=PROG,
         usage="%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--timeout-secs S] "
               "[--evaluator-grace-secs S] -- TRAINER FLAGS",
         description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
@@ -343,7 +341,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(run_command(main, prog=PROG))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

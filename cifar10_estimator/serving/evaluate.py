@@ -17,14 +17,12 @@ from cifar10_estimator import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
-PROG = "cifar10_estimator.serving.evaluate"
 CLASS_NAMES = tfrecord_format.CLASS_NAMES
 NUM_CLASSES = tfrecord_format.NUM_CLASSES
 
 
 def build_parser():
     parser = ArgumentParser(
-        prog=PROG,
         description="Evaluate a trained checkpoint on every example of a subset once: overall "
                     "and per-class accuracy and the confusion matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -221,7 +219,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(run_command(main, prog=PROG))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

@@ -16,15 +16,11 @@ import sys
 import numpy as np
 
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
+from cifar10_estimator.cli import ArgumentParser, invoked_program, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-
-PROG = "cifar10_estimator.serving.predict"
-
 
 def build_parser():
     parser = ArgumentParser(
-        prog=PROG,
         description="Classify PNG/JPEG images with a SavedModel exported by training. "
                     "Prints PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -117,7 +113,7 @@ def main(argv):
         try:
             probabilities = classify_file(signature, path)
         except Cifar10EstimatorError as error:
-            print("%s: error: %s" % (PROG, error), file=sys.stderr)
+            print("%s: error: %s" % (invoked_program(), error), file=sys.stderr)
             num_failed += 1
             continue
         for name, probability in top_classes(probabilities, args.top_k):
@@ -127,7 +123,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(run_command(main, prog=PROG))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":
