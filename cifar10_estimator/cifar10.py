@@ -37,25 +37,21 @@ _MAX_RECORDS_PER_FILE = 1 << 31
 _READ_BUFFER_BYTES = 8 << 20
 
 
-# The original's call style, Cifar10DataSet.num_examples_per_epoch(subset), keeps working.
-num_examples_per_epoch = tfrecord_format.num_examples
-
-
 class _NumExamplesPerEpoch:
     """Cifar10DataSet.num_examples_per_epoch: the original's static call, metadata-aware.
 
     On the class, num_examples_per_epoch(subset='train', data_dir=None) counts from
-    data_dir's metadata (the defaults without one); on an instance the subset and
-    data_dir default to the instance's own.
+    data_dir's metadata (the original's counts without one); on an instance the
+    subset and data_dir default to the instance's own.
     """
 
     def __get__(self, instance, owner):
         if instance is None:
-            return num_examples_per_epoch
+            return tfrecord_format.num_examples
 
         def count(subset=None, data_dir=None):
-            return num_examples_per_epoch(subset or instance.subset,
-                                          data_dir or instance.data_dir)
+            return tfrecord_format.num_examples(subset or instance.subset,
+                                                data_dir or instance.data_dir)
         return count
 
 
@@ -83,12 +79,7 @@ class Cifar10DataSet:
         self.subset = subset
         self.use_distortion = use_distortion
         self.filename = tfrecord_format.tfrecord_path(data_dir, subset)  # checks the subset
-        _check_files_exist(data_dir, self.filename)
-
-    @property
-    def num_examples(self):
-        """Examples per epoch of this subset, from the metadata file of data_dir."""
-        return num_examples_per_epoch(self.subset, self.data_dir)
+        check_tfrecords_exist(data_dir, [subset])
 
     def make_batch(self, batch_size):
         """The next (images, labels) batch as tensors of the current graph.
@@ -215,12 +206,13 @@ def _decode_records(serialized, filename):
     return images, tf.cast(features[tfrecord_format.LABEL_KEY], tf.int32)
 
 
-def _check_files_exist(data_dir, filename):
+def check_tfrecords_exist(data_dir, subsets):
+    """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
+    holds the TFRecord file of every subset in `subsets`."""
+    hint = "create the TFRecords with: " + tfrecord_format.generate_command(data_dir)
     if not tf.io.gfile.isdir(data_dir):
-        raise Cifar10EstimatorError(
-            "data directory %s does not exist; create the TFRecords with: %s" % (
-                data_dir, tfrecord_format.generate_command(data_dir)))
-    if not tf.io.gfile.exists(filename):
-        raise Cifar10EstimatorError(
-            "%s does not exist; create the TFRecords with: %s" % (
-                filename, tfrecord_format.generate_command(data_dir)))
+        raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))
+    for subset in subsets:
+        filename = tfrecord_format.tfrecord_path(data_dir, subset)
+        if not tf.io.gfile.exists(filename):
+            raise Cifar10EstimatorError("%s does not exist; %s" % (filename, hint))

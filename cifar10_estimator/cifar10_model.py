@@ -5,11 +5,13 @@ import numbers
 import tensorflow as tf
 
 from cifar10_estimator import model_base
+from cifar10_estimator import tfrecord_format
 
 # The tutorial's network has 11 outputs for CIFAR-10's 10 classes. That was a
 # quirk, kept so checkpoints of the original (dense/kernel of shape [64, 11])
 # load unchanged: the 11th logit is never a label, so softmax cross-entropy only
-# ever pushes it down and argmax does not pick it in practice.
+# ever pushes it down. Whatever reads classes off the logits goes through
+# class_logits, which leaves it out.
 ORIGINAL_NUM_CLASSES = 11
 
 STAGE_FILTERS = (16, 32, 64)
@@ -65,6 +67,11 @@ class ResNetCifar10(model_base.ResNet):
 
         x = self._global_avg_pool(x)
         return self._fully_connected(x, self.num_classes)
+
+
+def class_logits(logits):
+    """The logits [N, 10] of CIFAR-10's classes: the network's, without the original's 11th."""
+    return logits[:, :tfrecord_format.NUM_CLASSES]
 
 
 def num_units_per_stage(num_layers):

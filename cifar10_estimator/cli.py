@@ -52,6 +52,42 @@ def parse_bool(text):
     raise argparse.ArgumentTypeError("expected true or false, got %r" % text)
 
 
+def _number_at_least(text, convert, is_allowed, expected):
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not is_allowed(value):
+        raise argparse.ArgumentTypeError("expected %s, got %r" % (expected, text))
+    return value
+
+
+def positive_int(text):
+    """argparse type: a whole number > 0."""
+    return _number_at_least(text, int, lambda value: value > 0, "a positive integer")
+
+
+def non_negative_int(text):
+    """argparse type: a whole number >= 0."""
+    return _number_at_least(text, int, lambda value: value >= 0, "0 or a positive integer")
+
+
+def positive_float(text):
+    """argparse type: a number > 0."""
+    return _number_at_least(text, float, lambda value: value > 0, "a positive number")
+
+
+def non_negative_float(text):
+    """argparse type: a number >= 0."""
+    return _number_at_least(text, float, lambda value: value >= 0, "0 or a positive number")
+
+
+def first_line(error):
+    """The first line of an exception's message (TensorFlow's carry whole stacks)."""
+    message = (getattr(error, "message", None) or str(error)).strip()
+    return message.splitlines()[0] if message else type(error).__name__
+
+
 def one_line(text):
     """`text` with every run of white space (newlines included) folded into one space."""
     return " ".join(text.split())

@@ -11,8 +11,10 @@ import os
 import sys
 
 from cifar10_estimator.distributed import cluster
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import (ArgumentParser, invoked_program, parse_bool, quiet_tensorflow_logs, run_command,
+from cifar10_estimator.cli import (ArgumentParser, invoked_program, non_negative_int, parse_bool,
+                                   positive_float, positive_int, quiet_tensorflow_logs, run_command,
                                    stderr_dropped_on_user_error)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -37,9 +39,9 @@ def build_parser():
                                            "(true/false).")
 
     devices = parser.add_argument_group("devices")
-    devices.add_argument("--num-gpus", type=int, default=1,
+    devices.add_argument("--num-gpus", type=non_negative_int, default=1,
                          help="GPUs to use, one tower each; 0 trains on the CPU.")
-    devices.add_argument("--num-cpu-towers", type=int, default=1, metavar="K",
+    devices.add_argument("--num-cpu-towers", type=positive_int, default=1, metavar="K",
                          help="With --num-gpus 0: K towers on K logical CPU devices "
                               "(the multi-tower code path on any machine).")
     devices.add_argument("--variable-strategy", choices=["CPU", "GPU"], default="CPU",
@@ -47,57 +49,54 @@ def build_parser():
     devices.add_argument("--data-format", choices=["channels_first", "channels_last"],
                          default=None, help="Layout inside the model; default channels_first "
                                             "on GPUs, channels_last on the CPU.")
-    devices.add_argument("--num-intra-threads", type=int, default=0,
+    devices.add_argument("--num-intra-threads", type=non_negative_int, default=0,
                          help="Threads inside one op; 0 lets TensorFlow choose.")
-    devices.add_argument("--num-inter-threads", type=int, default=0,
+    devices.add_argument("--num-inter-threads", type=non_negative_int, default=0,
                          help="Ops run in parallel; 0 lets TensorFlow choose.")
     devices.add_argument("--log-device-placement", action="store_true",
                          help="Log the device of every op.")
 
     model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--num-layers", type=int, default=44,
+    model.add_argument("--num-layers", type=int, default=job_hparams.DEFAULTS.num_layers,
                        help="ResNet depth, 6n+2 (20, 32, 44, 56, 110, ...).")
-    model.add_argument("--train-steps", type=int, default=80000,
+    model.add_argument("--train-steps", type=positive_int, default=80000,
                        help="Global step at which training stops.")
-    model.add_argument("--train-batch-size", type=int, default=128,
+    model.add_argument("--train-batch-size", type=positive_int,
+                       default=job_hparams.DEFAULTS.train_batch_size,
                        help="Batch of one worker, split evenly over its towers.")
-    model.add_argument("--eval-batch-size", type=int, default=100,
+    model.add_argument("--eval-batch-size", type=positive_int, default=100,
                        help="Eval batch, split over the towers; must divide the eval set.")
-    model.add_argument("--momentum", type=float, default=0.9, help="Momentum of the optimizer.")
-    model.add_argument("--weight-decay", type=float, default=2e-4,
+    model.add_argument("--momentum", type=float, default=job_hparams.DEFAULTS.momentum, help="Momentum of the optimizer.")
+    model.add_argument("--weight-decay", type=float, default=job_hparams.DEFAULTS.weight_decay,
                        help="L2 weight decay factor.")
-    model.add_argument("--learning-rate", type=float, default=0.1,
+    model.add_argument("--learning-rate", type=positive_float,
+                       default=job_hparams.DEFAULTS.learning_rate,
                        help="Initial learning rate; x0.1, x0.01, x0.002 from epochs 82, 123, 300.")
-    model.add_argument("--batch-norm-decay", type=float, default=0.997,
+    model.add_argument("--batch-norm-decay", type=float,
+                       default=job_hparams.DEFAULTS.batch_norm_decay,
                        help="Decay of the batch-norm moving averages.")
-    model.add_argument("--batch-norm-epsilon", type=float, default=1e-5,
+    model.add_argument("--batch-norm-epsilon", type=positive_float,
+                       default=job_hparams.DEFAULTS.batch_norm_epsilon,
                        help="Epsilon of batch norm.")
     model.add_argument("--sync", action="store_true",
                        help="Distributed only: synchronous updates with SyncReplicasOptimizer.")
 
     schedule = parser.add_argument_group("checkpoints and evaluation")
-    schedule.add_argument("--save-checkpoints-steps", type=int, default=None, metavar="N",
+    schedule.add_argument("--save-checkpoints-steps", type=positive_int, default=None, metavar="N",
                           help="Checkpoint every N steps (default: every 600 seconds). "
                                "A checkpoint is always written at the last step.")
-    schedule.add_argument("--eval-every-secs", type=int, default=600, metavar="S",
+    schedule.add_argument("--eval-every-secs", type=positive_int, default=600, metavar="S",
                           help="Evaluate a new checkpoint at most every S seconds; the final "
                                "checkpoint is always evaluated.")
 
     distributed = parser.add_argument_group(
         "cluster", "With TF_CONFIG set, this command runs as the ps, chief, worker or evaluator "
                    "task it names (see cifar10_estimator/cluster.py).")
-    distributed.add_argument("--ps-timeout-secs", type=int, default=600, metavar="S",
+    distributed.add_argument("--ps-timeout-secs", type=positive_int, default=600, metavar="S",
                              help="Chief and workers exit with an error once a parameter server "
                                   "has been unreachable for S seconds, at start or during "
                                   "training (TensorFlow alone would wait forever).")
     return parser
-
-
-def _require_positive(args, *names):
-    for name in names:
-        value = getattr(args, name.replace("-", "_"))
-        if value is not None and value <= 0:
-            raise UsageError("--%s must be positive, got %s" % (name, value))
 
 
 def validate_flags(args, task=None):
@@ -109,18 +108,14 @@ def validate_flags(args, task=None):
         neither the GPUs nor the data, so only the flags themselves are checked.
     """
     builds_towers = task is None or task.task_type != cluster.PS
-    _require_positive(args, "train-steps", "train-batch-size", "eval-batch-size",
-                      "num-cpu-towers", "save-checkpoints-steps", "eval-every-secs",
-                      "learning-rate", "batch-norm-epsilon", "ps-timeout-secs")
-    if args.num_layers < 8 or (args.num_layers - 2) % 6 != 0:
-        raise UsageError("--num-layers must be 6n+2 with n >= 1 (8, 20, 32, 44, 56, 110, ...), "
-                         "got %d" % args.num_layers)
-    if args.num_gpus < 0:
-        raise UsageError("--num-gpus must be 0 (CPU) or more, got %d" % args.num_gpus)
+    _quiet_tensorflow_logs()
+    from cifar10_estimator import cifar10_model
+    try:
+        cifar10_model.num_units_per_stage(args.num_layers)
+    except ValueError as error:
+        raise UsageError("--num-layers: %s" % error)
     if args.num_gpus > 0 and builds_towers:
         _check_gpus_present(args.num_gpus)
-    if args.num_intra_threads < 0 or args.num_inter_threads < 0:
-        raise UsageError("--num-intra-threads and --num-inter-threads must be 0 or more")
     if args.num_gpus > 0 and args.num_cpu_towers != 1:
         raise UsageError("--num-cpu-towers applies only with --num-gpus 0")
     if args.num_gpus == 0 and args.variable_strategy == "GPU":
@@ -143,15 +138,14 @@ def validate_flags(args, task=None):
 
 
 def _validate_data_dir(data_dir):
-    hint = "write them with: " + tfrecord_format.generate_command(data_dir or "DIR")
+    from cifar10_estimator import cifar10
     if not data_dir:
-        raise UsageError("--data-dir is required (or pass --use-synthetic-data); " + hint)
-    if not os.path.isdir(data_dir):
-        raise UsageError("data directory %s does not exist; %s" % (data_dir, hint))
-    for subset in ("train", "eval"):
-        path = tfrecord_format.tfrecord_path(data_dir, subset)
-        if not os.path.isfile(path):
-            raise UsageError("%s is missing; %s" % (path, hint))
+        raise UsageError("--data-dir is required (or pass --use-synthetic-data); write the "
+                         "TFRecords with: " + tfrecord_format.generate_command("DIR"))
+    try:
+        cifar10.check_tfrecords_exist(data_dir, ["train", "eval"])
+    except Cifar10EstimatorError as error:
+        raise UsageError(str(error))
 
 
 def eval_steps(args):
@@ -192,8 +186,13 @@ def _check_gpus_present(num_gpus):
                          % (num_gpus, available, " is" if available == 1 else "s are", available))
 
 
-def make_run_config(args):
-    """RunConfig from the flags; the cluster, if any, comes from TF_CONFIG."""
+def make_run_config(args, task=None):
+    """RunConfig from the flags; the cluster, if any, comes from TF_CONFIG.
+
+    Args:
+      args: the parsed flags.
+      task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
+    """
     import tensorflow as tf
     from tensorflow.core.protobuf import rewriter_config_pb2
     session_config = tf.compat.v1.ConfigProto(
@@ -204,7 +203,6 @@ def make_run_config(args):
         gpu_options=tf.compat.v1.GPUOptions(force_gpu_compatible=True))
     if args.num_gpus == 0:
         session_config.device_count["CPU"] = args.num_cpu_towers
-    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     filters = cluster.device_filters(task) if task else None
     if filters:
         # What tf.estimator's own distributed session config has: these filters and
@@ -243,8 +241,12 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
             task.ps_addresses, ps_timeout_secs, _exit_with_error).start()
 
 
-def train_and_evaluate(args):
+def train_and_evaluate(args, task=None):
     """Build the Estimator from validated flags and run tf.estimator.train_and_evaluate.
+
+    Args:
+      args: the validated flags.
+      task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
 
     Returns:
       The final evaluation metrics (dict) where this task ran the final evaluation, else None.
@@ -254,21 +256,16 @@ def train_and_evaluate(args):
     from cifar10_estimator import model_fn
     from cifar10_estimator.serving import export
 
-    task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
-    run_config = make_run_config(args)
+    run_config = make_run_config(args, task)
     layout = model_fn.TowerLayout.for_devices(
         args.num_gpus, args.num_cpu_towers, args.variable_strategy)
     data_format = args.data_format or ("channels_first" if args.num_gpus else "channels_last")
-    hparams = model_fn.HParams(
-        num_layers=args.num_layers, weight_decay=args.weight_decay, momentum=args.momentum,
-        learning_rate=args.learning_rate, batch_norm_decay=args.batch_norm_decay,
-        batch_norm_epsilon=args.batch_norm_epsilon, train_batch_size=args.train_batch_size,
+    hparams = job_hparams.HParams.from_flags(
+        args, data_format=data_format, num_workers=run_config.num_worker_replicas or 1,
         num_train_examples=tfrecord_format.num_examples(
-            "train", None if args.use_synthetic_data else args.data_dir),
-        num_workers=run_config.num_worker_replicas or 1, data_format=data_format,
-        sync=args.sync)
+            "train", None if args.use_synthetic_data else args.data_dir))
     if run_config.is_chief:
-        export.save_hparams(args.job_dir, hparams)
+        job_hparams.save(args.job_dir, hparams)
 
     train_input_fn, eval_input_fn = make_input_fns(args, layout.num_towers)
     estimator = tf.estimator.Estimator(
@@ -337,7 +334,7 @@ def main(argv):
     task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     with stderr_dropped_on_user_error():
         validate_flags(args, task)
-    train_and_evaluate(args)
+    train_and_evaluate(args, task)
 
 
 def console_main():

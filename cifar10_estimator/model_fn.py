@@ -25,37 +25,6 @@ NUM_SUMMARY_IMAGES = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class HParams:
-    """Hyper-parameters of the model and its optimisation (the tutorial's defaults).
-
-    train_batch_size is the batch of one worker over all its towers; the
-    learning-rate schedule counts epochs in examples_per_global_step.
-    """
-
-    num_layers: int = 44
-    weight_decay: float = 2e-4
-    momentum: float = 0.9
-    learning_rate: float = 0.1
-    batch_norm_decay: float = 0.997
-    batch_norm_epsilon: float = 1e-5
-    train_batch_size: int = 128
-    num_train_examples: int = 40000
-    num_workers: int = 1
-    data_format: str = "channels_last"
-    sync: bool = False
-
-    @property
-    def examples_per_global_step(self):
-        """Examples behind one global step: the global batch of every worker with --sync.
-
-        Without --sync each worker's update is a global step of its own batch (the
-        original counted batch x workers here too, so its rate fell W times too soon
-        in epochs of data with W asynchronous workers).
-        """
-        return self.train_batch_size * (self.num_workers if self.sync else 1)
-
-
-@dataclasses.dataclass(frozen=True)
 class TowerLayout:
     """Where towers run and where their variables live.
 
@@ -231,15 +200,15 @@ def _make_optimizer(learning_rate, hparams, is_chief):
 def _predictions(logits):
     """Predictions of every mode and of the SavedModel signatures, over CIFAR-10's 10 classes.
 
-    The network keeps the original's 11th logit (cifar10_model.ORIGINAL_NUM_CLASSES),
-    which is never a label, so it is left out: probabilities are the softmax of the
+    The network keeps the original's 11th logit, which is never a label, so it is
+    left out (cifar10_model.class_logits): probabilities are the softmax of the
     first 10 logits and classes their argmax.
 
     Returns:
       dict with classes (int64 [N]), class_names (string [N], from
       tfrecord_format.CLASS_NAMES) and probabilities (float32 [N, 10]).
     """
-    class_logits = logits[:, :tfrecord_format.NUM_CLASSES]
+    class_logits = cifar10_model.class_logits(logits)
     classes = tf.argmax(class_logits, axis=1)
     return {
         "classes": classes,

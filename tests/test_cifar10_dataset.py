@@ -201,7 +201,7 @@ def test_num_examples_per_epoch_reads_the_metadata_file(tiny_data_dir):
     counts = {subset: cifar10.Cifar10DataSet.num_examples_per_epoch(subset, str(tiny_data_dir))
               for subset in SUBSETS}
     assert counts == {"train": 64, "validation": 16, "eval": 32}
-    assert cifar10.Cifar10DataSet(str(tiny_data_dir), "eval").num_examples == 32
+    assert cifar10.Cifar10DataSet(str(tiny_data_dir), "eval").num_examples_per_epoch() == 32
 
 
 def test_num_examples_per_epoch_on_an_instance_counts_its_own_data(tiny_data_dir):
@@ -217,7 +217,7 @@ def test_num_examples_per_epoch_falls_back_to_the_official_split(tmp_path, tiny_
     assert [cifar10.Cifar10DataSet.num_examples_per_epoch(s) for s in SUBSETS] == [
         40000, 10000, 10000]
     assert cifar10.Cifar10DataSet.num_examples_per_epoch("train", str(tmp_path)) == 40000
-    assert cifar10.Cifar10DataSet(str(tmp_path), "train").num_examples == 40000
+    assert cifar10.Cifar10DataSet(str(tmp_path), "train").num_examples_per_epoch() == 40000
 
 
 def test_unknown_subset_names_the_valid_ones(tiny_data_dir):

@@ -112,7 +112,7 @@ def run_config_for(monkeypatch, tmp_path, text, *flags):
     monkeypatch.setenv("TF_CONFIG", text)
     args = trainer.build_parser().parse_args(
         ["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(flags))
-    return trainer.make_run_config(args)
+    return trainer.make_run_config(args, cluster.task_from_tf_config(text))
 
 
 @pytest.mark.parametrize("task_type, index", [("chief", 0), ("worker", 1)])

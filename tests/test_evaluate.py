@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import model_fn, tfrecord_format
 from cifar10_estimator.serving import evaluate
 from cifar10_estimator.serving import export
@@ -46,7 +47,7 @@ def test_summarize_gives_no_accuracy_to_classes_without_examples():
 def checkpoint_predictions(trained_job, checkpoint, images):
     """Classes predicted by estimator.predict from `checkpoint` for uint8 images."""
     estimator = tf.estimator.Estimator(model_fn.make_model_fn(
-        model_fn.TowerLayout.for_devices(num_gpus=0), export.load_hparams(trained_job.job_dir)))
+        model_fn.TowerLayout.for_devices(num_gpus=0), job_hparams.load(trained_job.job_dir)))
     predictions = estimator.predict(
         lambda: tf.data.Dataset.from_tensor_slices(images).batch(10), checkpoint_path=checkpoint)
     return np.array([prediction["classes"] for prediction in predictions])
@@ -146,12 +147,12 @@ def test_a_job_dir_without_hparams_is_a_one_line_error(tiny_data_dir, tmp_path):
 def test_batch_size_must_be_positive(tiny_data_dir, tmp_path):
     result = run_module(MODULE, ["--job-dir", tmp_path, "--data-dir", tiny_data_dir,
                                  "--batch-size", "0"])
-    assert_one_line_error(result, 2, "--batch-size must be positive")
+    assert_one_line_error(result, 2, "--batch-size", "expected a positive integer")
 
 
 @slow
 def test_a_checkpoint_of_another_depth_is_a_clear_error(trained_job):
     checkpoint = os.path.join(trained_job.job_dir, "model.ckpt-10")
     with pytest.raises(Cifar10EstimatorError, match="cannot restore .* into a ResNet-14"):
-        evaluate.predict_subset(checkpoint, model_fn.HParams(num_layers=14),
+        evaluate.predict_subset(checkpoint, job_hparams.HParams(num_layers=14),
                                 trained_job.data_dir, "eval", 8)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import model_fn, tfrecord_format
 from cifar10_estimator.serving import export
 from cifar10_estimator.errors import Cifar10EstimatorError
@@ -107,14 +108,14 @@ def test_after_a_restart_the_best_export_is_replaced_only_by_a_better_model(tmp_
 
 @slow
 def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
-    hparams = export.load_hparams(trained_job.job_dir)
-    assert hparams == model_fn.HParams(
+    hparams = job_hparams.load(trained_job.job_dir)
+    assert hparams == job_hparams.HParams(
         num_layers=8, train_batch_size=8, num_train_examples=64, data_format="channels_last")
 
 
 def test_load_hparams_names_the_missing_file(tmp_path):
     with pytest.raises(Cifar10EstimatorError, match="hparams.json is missing"):
-        export.load_hparams(str(tmp_path))
+        job_hparams.load(str(tmp_path))
 
 
 @slow
@@ -181,7 +182,7 @@ def test_estimator_predict_agrees_with_the_export(trained_job):
     images = random_images(6, seed=7)
     estimator = tf.estimator.Estimator(
         model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0),
-                               export.load_hparams(trained_job.job_dir)),
+                               job_hparams.load(trained_job.job_dir)),
         model_dir=trained_job.job_dir)
 
     def input_fn():

@@ -43,7 +43,7 @@ def test_synthetic_train_file_reads_back(tmp_path):
     input_pipeline.write_synthetic_train_tfrecords(str(tmp_path), num_examples=20)
 
     data_set = cifar10.Cifar10DataSet(str(tmp_path), "train", use_distortion=False)
-    assert data_set.num_examples == 20
+    assert data_set.num_examples_per_epoch() == 20
     images, labels = next(iter(data_set.make_dataset(20)))
     assert images.shape == (20, 32, 32, 3) and len(set(labels.numpy())) > 1
 

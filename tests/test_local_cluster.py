@@ -147,13 +147,13 @@ def test_an_evaluator_past_its_grace_period_is_stopped_and_reported():
 def test_bad_trainer_flags_fail_before_any_task_starts(tmp_path):
     result = run_module(LAUNCHER, ["--num-workers", "1", "--", "--job-dir", tmp_path,
                                    "--num-gpus", "0", "--train-steps", "0"])
-    assert_one_line_error(result, 2, "trainer flags (after --)", "--train-steps must be positive")
+    assert_one_line_error(result, 2, "trainer flags (after --)", "--train-steps", "expected a positive integer")
     assert "[launcher] started" not in result.stdout
 
 
 def test_at_least_one_ps_is_required(tmp_path):
     result = run_module(LAUNCHER, ["--num-ps", "0", "--", "--job-dir", tmp_path])
-    assert_one_line_error(result, 2, "--num-ps must be 1 or more")
+    assert_one_line_error(result, 2, "--num-ps", "expected a positive integer")
 
 
 def is_running(pid):

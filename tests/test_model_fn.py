@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn, model_fn
 
 
@@ -109,7 +110,7 @@ def test_split_batch_into_towers_keeps_order():
 
 def resnet8_train_spec(num_towers, batch_size=4, hparams=None):
     """The real model_fn's TRAIN spec for ResNet-8 on `num_towers` logical CPU towers."""
-    hparams = hparams or model_fn.HParams(num_layers=8, train_batch_size=batch_size)
+    hparams = hparams or job_hparams.HParams(num_layers=8, train_batch_size=batch_size)
     layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=num_towers)
     images = tf.random.uniform([batch_size, 32, 32, 3], maxval=255.0, seed=1)
     labels = tf.random.uniform([batch_size], maxval=10, dtype=tf.int32, seed=2)
@@ -148,7 +149,7 @@ def test_variable_strategy_gpu_spreads_variables_over_the_towers_by_size():
     # Only device strings are built here, so no GPU is needed.
     with tf.Graph().as_default() as graph:
         layout = model_fn.TowerLayout.for_devices(num_gpus=2, variable_strategy="GPU")
-        hparams = model_fn.HParams(num_layers=20, data_format="channels_last")
+        hparams = job_hparams.HParams(num_layers=20, data_format="channels_last")
         images = tf.zeros([4, 32, 32, 3])
         labels = tf.zeros([4], tf.int32)
         image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, 2)
@@ -167,7 +168,7 @@ def test_variable_strategy_gpu_spreads_variables_over_the_towers_by_size():
 
 
 def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variable():
-    hparams = model_fn.HParams(num_layers=8, weight_decay=0.01)
+    hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01)
     with tf.Graph().as_default():
         images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
         labels = tf.constant([3, 7])
@@ -185,7 +186,7 @@ def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variab
 
 
 def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
-    sync = model_fn.HParams(train_batch_size=128, num_workers=3, sync=True)
-    asynchronous = model_fn.HParams(train_batch_size=128, num_workers=3, sync=False)
+    sync = job_hparams.HParams(train_batch_size=128, num_workers=3, sync=True)
+    asynchronous = job_hparams.HParams(train_batch_size=128, num_workers=3, sync=False)
     assert sync.examples_per_global_step == 384
     assert asynchronous.examples_per_global_step == 128

@@ -11,6 +11,7 @@ hundred thousand FLOPs in total, which is negligible after dividing by the batch
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import model_fn
 from cifar10_estimator import tfrecord_format
@@ -59,14 +60,15 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last"):
     """
     with tf.Graph().as_default() as forward_graph:
         model = cifar10_model.ResNetCifar10(
-            num_layers, is_training=False, batch_norm_decay=0.997, batch_norm_epsilon=1e-5,
+            num_layers, is_training=False, batch_norm_decay=job_hparams.DEFAULTS.batch_norm_decay,
+            batch_norm_epsilon=job_hparams.DEFAULTS.batch_norm_epsilon,
             data_format=data_format)
         model.forward_pass(_image_batch(batch_size), input_data_format="channels_last")
         forward_flops = _graph_flops(forward_graph)
 
     with tf.Graph().as_default() as train_graph:
-        hparams = model_fn.HParams(num_layers=num_layers, train_batch_size=batch_size,
-                                   data_format=data_format)
+        hparams = job_hparams.HParams(num_layers=num_layers, train_batch_size=batch_size,
+                                      data_format=data_format)
         build_model = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(0), hparams)
         labels = tf.compat.v1.placeholder(tf.int32, [batch_size])
         build_model([_image_batch(batch_size)], [labels], tf.estimator.ModeKeys.TRAIN, None)

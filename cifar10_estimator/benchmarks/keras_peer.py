@@ -23,10 +23,13 @@ import os
 import sys
 import time
 
+from cifar10_estimator.hparams import DEFAULTS
+
 RESULT_PREFIX = "BENCHMARK_RESULT "
 
 
-def keras_resnet(num_layers, batch_norm_decay=0.997, batch_norm_epsilon=1e-5):
+def keras_resnet(num_layers, batch_norm_decay=DEFAULTS.batch_norm_decay,
+                 batch_norm_epsilon=DEFAULTS.batch_norm_epsilon):
     """A Keras functional ResNet-(6n+2) equal to ResNetCifar10 in channels_last.
 
     Raises:
@@ -77,6 +80,15 @@ def keras_resnet(num_layers, batch_norm_decay=0.997, batch_norm_epsilon=1e-5):
     return tf.keras.Model(images, logits, name="resnet%d" % num_layers)
 
 
+def _class_accuracy(labels, logits):
+    """Accuracy over CIFAR-10's 10 classes, as the Estimator counts it."""
+    import tensorflow as tf
+
+    from cifar10_estimator import cifar10_model
+
+    return tf.keras.metrics.sparse_categorical_accuracy(labels, cifar10_model.class_logits(logits))
+
+
 def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, batch_size,
                                num_train_examples):
     """Compile with the Estimator's loss, weight decay, optimizer and learning-rate schedule."""
@@ -93,7 +105,7 @@ def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, bat
     model.compile(
         optimizer=tf.keras.optimizers.SGD(schedule, momentum=momentum),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"])
+        metrics=[_class_accuracy])
 
 
 def _throughput_logger(batch_size, every_n_steps):
@@ -127,7 +139,8 @@ def _throughput_logger(batch_size, every_n_steps):
 
 
 def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_steps=10,
-                   weight_decay=2e-4, momentum=0.9, learning_rate=0.1):
+                   weight_decay=DEFAULTS.weight_decay, momentum=DEFAULTS.momentum,
+                   learning_rate=DEFAULTS.learning_rate):
     """Train num_steps batches with model.fit, logging throughput like the trainer's hook.
 
     Returns:
@@ -141,7 +154,7 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
     data_set = cifar10.Cifar10DataSet(data_dir, "train", use_distortion=True)
     model = keras_resnet(num_layers)
     compile_like_the_estimator(model, weight_decay, momentum, learning_rate, batch_size,
-                               data_set.num_examples)
+                               data_set.num_examples_per_epoch())
     model.fit(data_set.make_dataset(batch_size), epochs=1, steps_per_epoch=num_steps,
               callbacks=[_throughput_logger(batch_size, log_every_n_steps)], verbose=0)
     return {

@@ -22,7 +22,7 @@ import numpy as np
 
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
-from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.cli import ArgumentParser, positive_int, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULT_IMAGES_PER_BATCH = 200
@@ -120,7 +120,7 @@ def build_parser():
                     % cifar10_archive.ARCHIVE_FILENAME)
     parser.add_argument("--output", required=True, metavar="PATH",
                         help="archive to write, e.g. DATA/%s" % cifar10_archive.ARCHIVE_FILENAME)
-    parser.add_argument("--images-per-batch", type=int, default=DEFAULT_IMAGES_PER_BATCH,
+    parser.add_argument("--images-per-batch", type=positive_int, default=DEFAULT_IMAGES_PER_BATCH,
                         metavar="N", help="images in each of the six batches (official: "
                                           "10000; default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -129,8 +129,6 @@ def build_parser():
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    if args.images_per_batch <= 0:
-        raise UsageError("--images-per-batch must be positive, got %d" % args.images_per_batch)
     if os.path.isdir(args.output):
         raise UsageError("--output %s is a directory; name the archive file, e.g. %s"
                          % (args.output, os.path.join(args.output,

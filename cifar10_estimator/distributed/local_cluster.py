@@ -22,7 +22,8 @@ import threading
 import time
 
 from cifar10_estimator.distributed import cluster
-from cifar10_estimator.cli import ArgumentParser, run_command
+from cifar10_estimator.cli import (ArgumentParser, non_negative_float, non_negative_int,
+                                   positive_float, positive_int, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 HOST = "127.0.0.1"
@@ -257,17 +258,17 @@ def build_parser():
               "[--evaluator-grace-secs S] -- TRAINER FLAGS",
         description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
                     "processes on 127.0.0.1, each `python -m %s TRAINER FLAGS`." % TRAINER_MODULE)
-    parser.add_argument("--num-ps", type=int, default=1, metavar="N",
+    parser.add_argument("--num-ps", type=positive_int, default=1, metavar="N",
                         help="Parameter servers, 1 or more (default 1).")
-    parser.add_argument("--num-workers", type=int, default=1, metavar="N",
+    parser.add_argument("--num-workers", type=non_negative_int, default=1, metavar="N",
                         help="Workers besides the chief, 0 or more (default 1).")
     parser.add_argument("--no-evaluator", dest="evaluator", action="store_false",
                         help="Start no evaluator task (by default one evaluates each new "
                              "checkpoint).")
-    parser.add_argument("--timeout-secs", type=float, default=0, metavar="S",
+    parser.add_argument("--timeout-secs", type=non_negative_float, default=0, metavar="S",
                         help="Stop everything and fail if the cluster runs longer than S "
                              "seconds (default 0: no limit).")
-    parser.add_argument("--evaluator-grace-secs", type=float, default=None, metavar="S",
+    parser.add_argument("--evaluator-grace-secs", type=positive_float, default=None, metavar="S",
                         help="Once training ended, how long the evaluator may take to evaluate "
                              "the final checkpoint before it is stopped (default: the "
                              "trainer's --eval-every-secs + %d, as the evaluator may sleep that "
@@ -282,18 +283,6 @@ def split_argv(argv):
         return list(argv), []
     split = argv.index("--")
     return list(argv[:split]), list(argv[split + 1:])
-
-
-def validate_launcher_flags(args):
-    if args.num_ps < 1:
-        raise UsageError("--num-ps must be 1 or more, got %d" % args.num_ps)
-    if args.num_workers < 0:
-        raise UsageError("--num-workers must be 0 or more, got %d" % args.num_workers)
-    if args.timeout_secs < 0:
-        raise UsageError("--timeout-secs must be 0 (no limit) or more, got %g" % args.timeout_secs)
-    if args.evaluator_grace_secs is not None and args.evaluator_grace_secs <= 0:
-        raise UsageError("--evaluator-grace-secs must be positive, got %g"
-                         % args.evaluator_grace_secs)
 
 
 def validate_trainer_flags(trainer_args):
@@ -317,7 +306,6 @@ def validate_trainer_flags(trainer_args):
 def main(argv):
     launcher_argv, trainer_args = split_argv(argv)
     args = build_parser().parse_args(launcher_argv)
-    validate_launcher_flags(args)
     trainer_flags = validate_trainer_flags(trainer_args)
     evaluator_grace_secs = args.evaluator_grace_secs or (
         trainer_flags.eval_every_secs + EVALUATION_MARGIN_SECS)

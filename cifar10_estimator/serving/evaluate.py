@@ -13,9 +13,10 @@ import sys
 
 import numpy as np
 
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, quiet_tensorflow_logs, run_command
-from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.cli import ArgumentParser, first_line, positive_int, quiet_tensorflow_logs, run_command
+from cifar10_estimator.errors import Cifar10EstimatorError
 
 CLASS_NAMES = tfrecord_format.CLASS_NAMES
 NUM_CLASSES = tfrecord_format.NUM_CLASSES
@@ -36,7 +37,7 @@ def build_parser():
                         help="Checkpoint prefix such as JOB/model.ckpt-80000, or a directory "
                              "(its latest checkpoint); default the latest in --job-dir.")
     parser.add_argument("--json", metavar="PATH", help="Also write the results as JSON here.")
-    parser.add_argument("--batch-size", type=int, default=100,
+    parser.add_argument("--batch-size", type=positive_int, default=100,
                         help="Examples per batch; need not divide the subset.")
     return parser
 
@@ -76,7 +77,7 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
 
     Args:
       checkpoint: checkpoint prefix to restore.
-      hparams: model_fn.HParams the checkpoint was trained with.
+      hparams: job_hparams.HParams the checkpoint was trained with.
       data_dir, subset: the TFRecords to read.
       batch_size: examples per session run; need not divide the subset.
 
@@ -90,7 +91,7 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
     from cifar10_estimator import cifar10, model_fn
 
     dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
-    num_examples = dataset.num_examples
+    num_examples = dataset.num_examples_per_epoch()
     batch_size = min(batch_size, num_examples)
     num_batches = -(-num_examples // batch_size)
     with tf.Graph().as_default():
@@ -109,17 +110,12 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
             except (tf.errors.OpError, ValueError) as error:
                 raise Cifar10EstimatorError(
                     "cannot restore %s into a ResNet-%d (%s); is it a checkpoint of this "
-                    "job dir?" % (checkpoint, hparams.num_layers, _first_line(error)))
+                    "job dir?" % (checkpoint, hparams.num_layers, first_line(error)))
             batches = [session.run([spec.predictions["classes"], labels])
                        for _ in range(num_batches)]
     predicted = np.concatenate([classes for classes, _ in batches])[:num_examples]
     true = np.concatenate([batch_labels for _, batch_labels in batches])[:num_examples]
     return predicted.astype(np.int64), true.astype(np.int64)
-
-
-def _first_line(error):
-    message = getattr(error, "message", None) or str(error)
-    return message.strip().splitlines()[0]
 
 
 def confusion_matrix(labels, predicted):
@@ -201,12 +197,8 @@ def write_json(path, results):
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    if args.batch_size <= 0:
-        raise UsageError("--batch-size must be positive, got %d" % args.batch_size)
     quiet_tensorflow_logs("2", "ERROR")
-    from cifar10_estimator.serving import export
-
-    hparams = export.load_hparams(args.job_dir)
+    hparams = job_hparams.load(args.job_dir)
     checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
     predicted, labels = predict_subset(
         checkpoint, hparams, args.data_dir, args.subset, args.batch_size)

@@ -1,4 +1,4 @@
-"""Using a trained model: SavedModel export, finding an export, the job's hparams record.
+"""Using a trained model: SavedModel export and finding an export.
 
 Training exports SavedModels through the EvalSpec's exporters, after evaluations:
 
@@ -12,9 +12,6 @@ Each export has two signatures over one copy of the network:
                                any size, decoded to RGB and resized as `resize_to_cifar`.
 Both return classes (int64 [N]), class_names (string [N]) and probabilities
 (float32 [N, 10]); see model_fn._predictions.
-
-Training also writes job-dir/hparams.json, the hyper-parameters needed to rebuild the
-graph for a checkpoint (the evaluate command reads it).
 """
 
 import dataclasses
@@ -39,9 +36,6 @@ IMAGE_BYTES_KEY = "image_bytes"
 SERVING_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 # The Estimator names the signature of a receiver alternative "<alternative>:<output key>".
 IMAGE_BYTES_SIGNATURE = "%s:%s" % (IMAGE_BYTES_KEY, SERVING_SIGNATURE)
-
-HPARAMS_FILENAME = "hparams.json"
-HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
 
 _IMAGE_SHAPE = [tfrecord_format.HEIGHT, tfrecord_format.WIDTH, tfrecord_format.DEPTH]
 
@@ -166,42 +160,3 @@ def resolve_export_dir(path):
         "no SavedModel in %s: pass an export (job-dir/export/best/<timestamp>), a directory "
         "of timestamped exports, or a job dir with export/best or export/latest (written "
         "when training evaluates)" % path)
-
-
-def save_hparams(job_dir, hparams):
-    """Write `hparams` (model_fn.HParams) to job-dir/hparams.json, replacing any older file."""
-    tf.io.gfile.makedirs(job_dir)
-    path = os.path.join(job_dir, HPARAMS_FILENAME)
-    # A unique temporary: a restarted chief may write while its old self still does.
-    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
-    with tf.io.gfile.GFile(temporary, "w") as stream:
-        json.dump({"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)},
-                  stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
-
-
-def load_hparams(job_dir):
-    """The model_fn.HParams that training saved in job-dir/hparams.json.
-
-    Raises:
-      Cifar10EstimatorError: the file is missing or not ours.
-    """
-    if not tf.io.gfile.isdir(job_dir):
-        raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
-    path = os.path.join(job_dir, HPARAMS_FILENAME)
-    if not tf.io.gfile.exists(path):
-        raise Cifar10EstimatorError(
-            "%s is missing: it is written when training starts; pass the --job-dir that "
-            "python -m cifar10_estimator.main trained in" % path)
-    known = {field.name for field in dataclasses.fields(model_fn.HParams)}
-    try:
-        with tf.io.gfile.GFile(path) as stream:
-            content = json.load(stream)
-        if content["format"] != HPARAMS_FORMAT:
-            raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
-        values = content["hparams"]
-        return model_fn.HParams(**{name: values[name] for name in known if name in values})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError,
-            tf.errors.OpError) as error:
-        raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))

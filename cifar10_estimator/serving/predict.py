@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, invoked_program, quiet_tensorflow_logs, run_command
+from cifar10_estimator.cli import ArgumentParser, first_line, invoked_program, quiet_tensorflow_logs, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 def build_parser():
@@ -51,17 +51,12 @@ def load_image_bytes_signature(export_dir):
         model = tf.saved_model.load(path)
     except (OSError, ValueError, tf.errors.OpError) as error:
         raise Cifar10EstimatorError("cannot load the SavedModel in %s (%s)"
-                                    % (path, _first_line(error)))
+                                    % (path, first_line(error)))
     if export.IMAGE_BYTES_SIGNATURE not in model.signatures:
         raise Cifar10EstimatorError(
             "the SavedModel in %s has no %r signature; export it with "
             "cifar10_estimator.main" % (path, export.IMAGE_BYTES_SIGNATURE))
     return path, model.signatures[export.IMAGE_BYTES_SIGNATURE]
-
-
-def _first_line(error):
-    message = getattr(error, "message", None) or str(error)
-    return message.strip().splitlines()[0] if message.strip() else type(error).__name__
 
 
 def top_classes(probabilities, k):
@@ -87,7 +82,7 @@ def classify_file(signature, path):
         with tf.io.gfile.GFile(path, "rb") as stream:
             encoded = stream.read()
     except (OSError, tf.errors.OpError) as error:
-        raise Cifar10EstimatorError("%s: cannot read it (%s)" % (path, _first_line(error)))
+        raise Cifar10EstimatorError("%s: cannot read it (%s)" % (path, first_line(error)))
     try:
         # Decoded here first, as the signature will, so that only a bad image is blamed
         # on the image (the signature's errors come as multi-line graph traces).

@@ -1,0 +1,104 @@
+"""The training job's hyper-parameters: their defaults, and job-dir/hparams.json.
+
+Each default is written once, here; the trainer's flags take theirs from `DEFAULTS`.
+Training writes the values it used to job-dir/hparams.json so that a checkpoint can be
+rebuilt later (the evaluate command reads it).
+"""
+
+import dataclasses
+import json
+import os
+import uuid
+
+from cifar10_estimator.errors import Cifar10EstimatorError
+
+HPARAMS_FILENAME = "hparams.json"
+HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """Hyper-parameters of the model and its optimisation (the tutorial's defaults).
+
+    train_batch_size is the batch of one worker over all its towers; the
+    learning-rate schedule counts epochs in examples_per_global_step.
+    """
+
+    num_layers: int = 44
+    weight_decay: float = 2e-4
+    momentum: float = 0.9
+    learning_rate: float = 0.1
+    batch_norm_decay: float = 0.997
+    batch_norm_epsilon: float = 1e-5
+    train_batch_size: int = 128
+    num_train_examples: int = 40000
+    num_workers: int = 1
+    data_format: str = "channels_last"
+    sync: bool = False
+
+    @property
+    def examples_per_global_step(self):
+        """Examples behind one global step: the global batch of every worker with --sync.
+
+        Without --sync each worker's update is a global step of its own batch (the
+        original counted batch x workers here too, so its rate fell W times too soon
+        in epochs of data with W asynchronous workers).
+        """
+        return self.train_batch_size * (self.num_workers if self.sync else 1)
+
+    @classmethod
+    def from_flags(cls, flags, **derived):
+        """HParams from parsed flags named like the fields, plus values derived elsewhere.
+
+        Args:
+          flags: an argparse.Namespace; its attributes named like a field fill that field.
+          **derived: the fields that are not flags (e.g. num_train_examples).
+        """
+        values = {field.name: getattr(flags, field.name)
+                  for field in dataclasses.fields(cls) if hasattr(flags, field.name)}
+        values.update(derived)
+        return cls(**values)
+
+
+DEFAULTS = HParams()
+
+
+def save(job_dir, hparams):
+    """Write `hparams` to job-dir/hparams.json, replacing any older file."""
+    import tensorflow as tf  # here: the trainer parses its flags before TensorFlow loads
+    tf.io.gfile.makedirs(job_dir)
+    path = os.path.join(job_dir, HPARAMS_FILENAME)
+    # A unique temporary: a restarted chief may write while its old self still does.
+    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        json.dump({"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)},
+                  stream, indent=2, sort_keys=True)
+        stream.write("\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def load(job_dir):
+    """The HParams that training saved in job-dir/hparams.json.
+
+    Raises:
+      Cifar10EstimatorError: the file is missing or not ours.
+    """
+    import tensorflow as tf
+    if not tf.io.gfile.isdir(job_dir):
+        raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
+    path = os.path.join(job_dir, HPARAMS_FILENAME)
+    if not tf.io.gfile.exists(path):
+        raise Cifar10EstimatorError(
+            "%s is missing: it is written when training starts; pass the --job-dir that "
+            "python -m cifar10_estimator.main trained in" % path)
+    known = {field.name for field in dataclasses.fields(HParams)}
+    try:
+        with tf.io.gfile.GFile(path) as stream:
+            content = json.load(stream)
+        if content["format"] != HPARAMS_FORMAT:
+            raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
+        values = content["hparams"]
+        return HParams(**{name: values[name] for name in known if name in values})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            tf.errors.OpError) as error:
+        raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))
