@@ -8,12 +8,21 @@ rebuilt later (the evaluate command reads it).
 import dataclasses
 import json
 import os
+import typing
 import uuid
 
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 HPARAMS_FILENAME = "hparams.json"
 HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
+
+# With --train-epochs the drops are placed in proportion to the run, as fractions of
+# its steps. "paper": He et al. 2016 divide by 10 at 32k and 48k of 64k iterations;
+# "tutorial": where the tutorial's drops fall in its 256 epochs (82/256, 123/256).
+PROPORTIONAL_SCHEDULES = {
+    "paper": ((0.5, 0.75), (1.0, 0.1, 0.01)),
+    "tutorial": ((82 / 256, 123 / 256), (1.0, 0.1, 0.01)),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +44,11 @@ class HParams:
     num_workers: int = 1
     data_format: str = "channels_last"
     sync: bool = False
+    # None: the tutorial's schedule in epochs; E: a run of E epochs whose learning-rate
+    # drops sit in proportion to it, as learning_rate_drops (a key of
+    # PROPORTIONAL_SCHEDULES) says.
+    train_epochs: typing.Optional[float] = None
+    learning_rate_drops: str = "paper"
 
     @property
     def examples_per_global_step(self):

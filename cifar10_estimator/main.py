@@ -17,6 +17,9 @@ from cifar10_estimator.cli import (ArgumentParser, invoked_program, non_negative
                                    positive_float, positive_int, quiet_tensorflow_logs, run_command,
                                    stderr_dropped_on_user_error)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving import final_report
+
+DEFAULT_TRAIN_STEPS = 80000
 
 def build_parser():
     parser = ArgumentParser(
@@ -59,19 +62,34 @@ def build_parser():
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--num-layers", type=int, default=job_hparams.DEFAULTS.num_layers,
                        help="ResNet depth, 6n+2 (20, 32, 44, 56, 110, ...).")
-    model.add_argument("--train-steps", type=positive_int, default=80000,
-                       help="Global step at which training stops.")
+    length = model.add_mutually_exclusive_group()
+    length.add_argument("--train-steps", type=positive_int, default=None,
+                        help="Global step at which training stops (default: the tutorial's "
+                             "%d). The learning rate drops at epochs 82, 123 and 300 "
+                             "whatever this is." % DEFAULT_TRAIN_STEPS)
+    length.add_argument("--train-epochs", type=positive_float, default=None, metavar="E",
+                        help="Train E epochs of the training set (at the global batch) and "
+                             "place the learning-rate drops in proportion to the run (see "
+                             "--learning-rate-drops). Use this for runs shorter than the "
+                             "tutorial's 256 epochs.")
+    model.add_argument("--learning-rate-drops", choices=sorted(job_hparams.PROPORTIONAL_SCHEDULES),
+                       default=job_hparams.DEFAULTS.learning_rate_drops,
+                       help="With --train-epochs: where the rate drops. paper: /10 at 50%% "
+                            "and 75%% of the run (He et al. 2016); tutorial: /10 at 32%% and "
+                            "48%% (the tutorial's epochs 82 and 123 of 256).")
     model.add_argument("--train-batch-size", type=positive_int,
                        default=job_hparams.DEFAULTS.train_batch_size,
                        help="Batch of one worker, split evenly over its towers.")
     model.add_argument("--eval-batch-size", type=positive_int, default=100,
-                       help="Eval batch, split over the towers; must divide the eval set.")
+                       help="Eval batch, split over the towers; must divide the validation "
+                            "and test sets.")
     model.add_argument("--momentum", type=float, default=job_hparams.DEFAULTS.momentum, help="Momentum of the optimizer.")
     model.add_argument("--weight-decay", type=float, default=job_hparams.DEFAULTS.weight_decay,
                        help="L2 weight decay factor.")
     model.add_argument("--learning-rate", type=positive_float,
                        default=job_hparams.DEFAULTS.learning_rate,
-                       help="Initial learning rate; x0.1, x0.01, x0.002 from epochs 82, 123, 300.")
+                       help="Initial learning rate; x0.1, x0.01, x0.002 from epochs 82, 123, "
+                            "300 (with --train-epochs: see --learning-rate-drops).")
     model.add_argument("--batch-norm-decay", type=float,
                        default=job_hparams.DEFAULTS.batch_norm_decay,
                        help="Decay of the batch-norm moving averages.")
@@ -88,6 +106,14 @@ def build_parser():
     schedule.add_argument("--eval-every-secs", type=positive_int, default=600, metavar="S",
                           help="Evaluate a new checkpoint at most every S seconds; the final "
                                "checkpoint is always evaluated.")
+    schedule.add_argument("--eval-subset", choices=["validation", "eval"], default="validation",
+                          help="What the evaluations during training use. validation (into "
+                               "job-dir/eval_validation/) picks export/best; eval is the test "
+                               "set, as the original did: then no best export is kept, since "
+                               "choosing a model on test data makes its test accuracy "
+                               "optimistic. Either way the final checkpoint is evaluated once "
+                               "on the test set (job-dir/eval_test/, job-dir/%s)."
+                               % final_report.TEST_RESULTS_FILENAME)
 
     distributed = parser.add_argument_group(
         "cluster", "With TF_CONFIG set, this command runs as the ps, chief, worker or evaluator "
@@ -134,7 +160,8 @@ def validate_flags(args, task=None):
                              % (flag, batch_size, num_towers))
     if not args.use_synthetic_data and builds_towers:
         _validate_data_dir(args.data_dir)
-        eval_steps(args)
+        for subset in dict.fromkeys([periodic_eval_subset(args), "eval"]):
+            eval_steps(args, subset)
 
 
 def _validate_data_dir(data_dir):
@@ -148,15 +175,24 @@ def _validate_data_dir(data_dir):
         raise UsageError(str(error))
 
 
-def eval_steps(args):
-    """Steps that evaluate every eval example exactly once (one batch with synthetic data)."""
+def periodic_eval_subset(args):
+    """The subset evaluated during training: --eval-subset, or the test set ('eval') when
+    the data has no validation set (converted with --validation-examples 0)."""
+    if (args.eval_subset == "validation" and not args.use_synthetic_data
+            and not tfrecord_format.has_subset(args.data_dir, "validation")):
+        return "eval"
+    return args.eval_subset
+
+
+def eval_steps(args, subset):
+    """Steps that evaluate every example of `subset` exactly once (one batch with synthetic data)."""
     if args.use_synthetic_data:
         return 1
-    count = tfrecord_format.num_examples("eval", args.data_dir)
+    count = tfrecord_format.num_examples(subset, args.data_dir)
     if count % args.eval_batch_size != 0:
-        raise UsageError("--eval-batch-size %d does not divide the %d eval examples; every "
+        raise UsageError("--eval-batch-size %d does not divide the %d %s examples; every "
                          "example is evaluated exactly once, so pick a divisor of %d"
-                         % (args.eval_batch_size, count, count))
+                         % (args.eval_batch_size, count, subset, count))
     return count // args.eval_batch_size
 
 
@@ -217,17 +253,22 @@ def make_run_config(args, task=None):
         model_dir=args.job_dir, session_config=session_config, **checkpoint_schedule)
 
 
-def make_input_fns(args, num_towers):
-    """(train input_fn, eval input_fn) from the flags: TFRecords, or synthetic batches."""
+def make_train_input_fn(args, num_towers):
+    """The training input_fn from the flags: TFRecords, or synthetic batches."""
     from cifar10_estimator import input_fn
     if args.use_synthetic_data:
-        return (input_fn.make_synthetic_input_fn(num_towers, args.train_batch_size),
-                input_fn.make_synthetic_input_fn(num_towers, args.eval_batch_size))
-    return (input_fn.make_tfrecord_input_fn(args.data_dir, "train", num_towers,
-                                            args.train_batch_size,
-                                            args.use_distortion_for_training),
-            input_fn.make_tfrecord_input_fn(args.data_dir, "eval", num_towers,
-                                            args.eval_batch_size, False))
+        return input_fn.make_synthetic_input_fn(num_towers, args.train_batch_size)
+    return input_fn.make_tfrecord_input_fn(args.data_dir, "train", num_towers,
+                                           args.train_batch_size, args.use_distortion_for_training)
+
+
+def make_eval_input_fn(args, num_towers, subset):
+    """The input_fn evaluating `subset` ('validation' or 'eval'), or synthetic batches."""
+    from cifar10_estimator import input_fn
+    if args.use_synthetic_data:
+        return input_fn.make_synthetic_input_fn(num_towers, args.eval_batch_size)
+    return input_fn.make_tfrecord_input_fn(args.data_dir, subset, num_towers,
+                                           args.eval_batch_size, False)
 
 
 def _prepare_cluster_task(run_config, task, ps_timeout_secs):
@@ -254,7 +295,6 @@ def train_and_evaluate(args, task=None):
     _quiet_tensorflow_logs()
     import tensorflow as tf
     from cifar10_estimator import model_fn
-    from cifar10_estimator.serving import export
 
     run_config = make_run_config(args, task)
     layout = model_fn.TowerLayout.for_devices(
@@ -266,15 +306,15 @@ def train_and_evaluate(args, task=None):
             "train", None if args.use_synthetic_data else args.data_dir))
     if run_config.is_chief:
         job_hparams.save(args.job_dir, hparams)
+    train_steps = train_steps_of(args, hparams)
+    log_schedule(hparams, train_steps, args.train_steps is not None)
 
-    train_input_fn, eval_input_fn = make_input_fns(args, layout.num_towers)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams), config=run_config)
     _prepare_cluster_task(run_config, task, args.ps_timeout_secs)
-    train_spec = tf.estimator.TrainSpec(train_input_fn, max_steps=args.train_steps)
-    eval_spec = tf.estimator.EvalSpec(
-        eval_input_fn, steps=eval_steps(args), start_delay_secs=0,
-        throttle_secs=args.eval_every_secs, exporters=export.make_exporters())
+    train_spec = tf.estimator.TrainSpec(
+        make_train_input_fn(args, layout.num_towers), max_steps=train_steps)
+    eval_spec = make_eval_spec(args, layout.num_towers)
     result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
     metrics = result[0] if result else None
     if metrics is None and not task:
@@ -284,7 +324,87 @@ def train_and_evaluate(args, task=None):
     if metrics:
         summary = ", ".join("%s = %s" % (key, metrics[key]) for key in sorted(metrics))
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
+        report_on_test(estimator, args, layout.num_towers, eval_spec, metrics)
     return metrics
+
+
+def train_steps_of(args, hparams):
+    """The global step to stop at: --train-steps, --train-epochs' steps, or the default."""
+    from cifar10_estimator import model_fn
+    if args.train_steps is not None:
+        return args.train_steps
+    if hparams.train_epochs is not None:
+        return model_fn.train_steps_for_epochs(hparams)
+    return DEFAULT_TRAIN_STEPS
+
+
+def log_schedule(hparams, train_steps, steps_given):
+    """Log the run's length and learning-rate drops once; warn if the rate never drops."""
+    import tensorflow as tf
+    from cifar10_estimator import model_fn
+    boundaries, factors = model_fn.learning_rate_drops(hparams)
+    drops = ", ".join("x%g after step %d" % (factor, boundary)
+                      for boundary, factor in zip(boundaries, factors[1:])
+                      if boundary < train_steps)
+    tf.compat.v1.logging.info(
+        "Training to step %d (%.1f epochs of %d examples at %d per step); learning rate %g, %s",
+        train_steps, train_steps / model_fn.steps_per_epoch(hparams), hparams.num_train_examples,
+        hparams.examples_per_global_step, hparams.learning_rate, drops or "never dropped")
+    if steps_given and train_steps <= boundaries[0]:
+        tf.compat.v1.logging.warning(
+            "--train-steps %d ends before the first learning-rate drop (after step %d, epoch "
+            "%d): the rate stays %g for the whole run. To fit the drops into a shorter run, "
+            "give --train-epochs E instead of --train-steps.", train_steps, boundaries[0],
+            model_fn.LEARNING_RATE_BOUNDARY_EPOCHS[0], hparams.learning_rate)
+
+
+def make_eval_spec(args, num_towers):
+    """The EvalSpec of the evaluations during training, with its exporters.
+
+    On the validation set they are a named evaluation (job-dir/eval_validation/) and
+    export/best keeps the model of the highest validation accuracy; on the test set
+    (--eval-subset eval, or data without a validation set) they go to job-dir/eval/ as
+    in the original, and no best export is kept: never select a model on test data.
+    """
+    import tensorflow as tf
+    from cifar10_estimator.serving import export
+    subset = periodic_eval_subset(args)
+    if subset == "validation":
+        name, exporters = "validation", [export.latest_exporter(), export.best_exporter("validation")]
+    else:
+        name, exporters = None, [export.latest_exporter()]
+        tf.compat.v1.logging.info(
+            "Evaluating on the test set during training (%s); no best export is kept, as "
+            "choosing a model on test data would make its test accuracy optimistic.",
+            "--eval-subset eval" if args.eval_subset == "eval"
+            else "%s has no validation set" % args.data_dir)
+    return tf.estimator.EvalSpec(
+        make_eval_input_fn(args, num_towers, subset), steps=eval_steps(args, subset), name=name,
+        start_delay_secs=0, throttle_secs=args.eval_every_secs, exporters=exporters)
+
+
+def report_on_test(estimator, args, num_towers, eval_spec, final_metrics):
+    """Evaluate the final checkpoint once on the test set; log, save and summarise it.
+
+    Args:
+      final_metrics: the final evaluation of eval_spec, which already is the test
+        evaluation when eval_spec evaluates the test set.
+    """
+    import tensorflow as tf
+    checkpoint = estimator.latest_checkpoint()
+    steps = eval_steps(args, "eval")
+    if eval_spec.name is None:
+        metrics, validation_metrics = final_metrics, None
+    else:
+        metrics = estimator.evaluate(
+            make_eval_input_fn(args, num_towers, "eval"), steps=steps,
+            checkpoint_path=checkpoint, name=final_report.TEST_EVAL_NAME)
+        validation_metrics = final_metrics
+    results = final_report.test_results(metrics, steps * args.eval_batch_size, checkpoint)
+    final_report.write_test_results(args.job_dir, results)
+    tf.compat.v1.logging.info(final_report.test_accuracy_line(results))
+    print(final_report.summary(args.job_dir, None if args.use_synthetic_data else args.data_dir,
+                               validation_metrics, results), flush=True)
 
 
 def evaluate_and_export_latest(estimator, eval_spec):
@@ -300,7 +420,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
         return None
     tf.compat.v1.logging.info("Evaluating %s, the final checkpoint", checkpoint)
     metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps,
-                                 checkpoint_path=checkpoint)
+                                 checkpoint_path=checkpoint, name=eval_spec.name)
     for exporter in eval_spec.exporters:
         exporter.export(estimator, os.path.join(estimator.model_dir, export.EXPORT_SUBDIR, exporter.name),
                         checkpoint, metrics, is_the_final_export=True)

@@ -13,9 +13,11 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import tfrecord_format
 
-# Learning-rate schedule of the ResNet paper for CIFAR-10, in epochs, as the tutorial had it.
+# The tutorial's learning-rate schedule, in epochs: the ResNet paper's drops for its
+# 80000-step (256-epoch) run, and a third that run never reaches.
 LEARNING_RATE_BOUNDARY_EPOCHS = (82, 123, 300)
 LEARNING_RATE_FACTORS = (1.0, 0.1, 0.01, 0.002)
 
@@ -68,22 +70,38 @@ class TowerLayout:
             worker_device=worker_device, ps_strategy=strategy)
 
 
-def learning_rate_schedule(global_step, base_learning_rate, num_train_examples, global_batch_size):
-    """Piecewise-constant learning rate: factors 1, 0.1, 0.01, 0.002 from epochs 82, 123, 300.
+def steps_per_epoch(hparams):
+    """Whole global steps in one epoch of the training set (at least 1)."""
+    return max(1, hparams.num_train_examples // hparams.examples_per_global_step)
 
-    Args:
-      global_step: int64 global step tensor.
-      base_learning_rate: learning rate of the first stage.
-      num_train_examples: examples in one training epoch.
-      global_batch_size: examples consumed by one global step (over all workers).
 
-    Returns:
-      A scalar float32 tensor.
+def train_steps_for_epochs(hparams):
+    """The global step at which hparams.train_epochs epochs end (at least 1)."""
+    return max(1, int(round(hparams.train_epochs * steps_per_epoch(hparams))))
+
+
+def learning_rate_drops(hparams):
+    """(boundaries, factors) of the piecewise-constant learning rate, in global steps.
+
+    The rate is base x factors[i] after boundaries[i - 1] and up to boundaries[i].
+    Without train_epochs: the tutorial's epochs 82, 123 and 300 (factors 1, 0.1, 0.01,
+    0.002); with it, hparams.learning_rate_drops of hparams.PROPORTIONAL_SCHEDULES placed in
+    proportion to the run's train_steps_for_epochs.
     """
-    steps_per_epoch = max(1, num_train_examples // global_batch_size)
-    boundaries = [np.int64(steps_per_epoch * epoch) for epoch in LEARNING_RATE_BOUNDARY_EPOCHS]
-    values = [base_learning_rate * factor for factor in LEARNING_RATE_FACTORS]
-    return tf.compat.v1.train.piecewise_constant(global_step, boundaries, values)
+    if hparams.train_epochs is None:
+        boundaries = [steps_per_epoch(hparams) * epoch for epoch in LEARNING_RATE_BOUNDARY_EPOCHS]
+        return boundaries, LEARNING_RATE_FACTORS
+    fractions, factors = job_hparams.PROPORTIONAL_SCHEDULES[hparams.learning_rate_drops]
+    last_step = train_steps_for_epochs(hparams)
+    return [int(round(fraction * last_step)) for fraction in fractions], factors
+
+
+def learning_rate_schedule(global_step, hparams):
+    """The learning rate at global_step (int64 tensor), as a scalar float32 tensor."""
+    boundaries, factors = learning_rate_drops(hparams)
+    values = [hparams.learning_rate * factor for factor in factors]
+    return tf.compat.v1.train.piecewise_constant(
+        global_step, [np.int64(boundary) for boundary in boundaries], values)
 
 
 def average_gradients(tower_gradvars):
@@ -270,9 +288,7 @@ def make_model_fn(layout, hparams):
                     mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
 
             global_step = tf.compat.v1.train.get_or_create_global_step()
-            learning_rate = learning_rate_schedule(
-                global_step, hparams.learning_rate, hparams.num_train_examples,
-                hparams.examples_per_global_step)
+            learning_rate = learning_rate_schedule(global_step, hparams)
             optimizer, optimizer_hooks = _make_optimizer(
                 learning_rate, hparams, config.is_chief if config else True)
             apply_op = optimizer.apply_gradients(

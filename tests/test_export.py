@@ -67,12 +67,12 @@ def test_best_export_holds_the_checkpoint_with_the_highest_eval_accuracy(trained
 class EstimatorStub:
     """Just what BestAccuracyExporter asks of an Estimator; records export calls."""
 
-    def __init__(self, eval_dir):
-        self._eval_dir = eval_dir
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
         self.exported_checkpoints = []
 
-    def eval_dir(self):
-        return self._eval_dir
+    def eval_dir(self, name=None):
+        return os.path.join(self._model_dir, "eval_" + name if name else "eval")
 
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
         self.exported_checkpoints.append(kwargs["checkpoint_path"])
@@ -89,16 +89,18 @@ def write_eval_accuracies(eval_dir, accuracy_by_step):
 
 
 def test_after_a_restart_the_best_export_is_replaced_only_by_a_better_model(tmp_path):
-    eval_dir = str(tmp_path / "eval")
+    eval_dir = str(tmp_path / "eval_validation")
     # Steps 5 and 10 were evaluated before the restart, step 15 is the current evaluation.
     write_eval_accuracies(eval_dir, {5: 0.5, 10: 0.25, 15: 0.375})
+    # The test set's accuracies, higher, must not count: the best is chosen on validation.
+    write_eval_accuracies(str(tmp_path / "eval"), {5: 0.9, 10: 0.9})
     export_path = tmp_path / "export" / "best"
     (export_path / "1700000000").mkdir(parents=True)
     (export_path / "1700000000" / "saved_model.pb").write_bytes(b"")
-    exporter = export.BestAccuracyExporter("best", export.serving_input_receiver_fn, 1)
+    exporter = export.best_exporter("validation")
     assert export.best_accuracy_before(eval_dir, 15) == 0.5
 
-    estimator = EstimatorStub(eval_dir)
+    estimator = EstimatorStub(str(tmp_path))
     worse = {"accuracy": 0.375, "global_step": 15, "loss": 1.0}
     assert exporter.export(estimator, str(export_path), "ckpt-15", worse, False) is None
     better = {"accuracy": 0.625, "global_step": 15, "loss": 1.0}

@@ -38,7 +38,8 @@ def test_help_lists_every_flag_of_the_original_and_the_new_ones():
 
 def test_defaults_are_the_original_tutorials():
     args = trainer.build_parser().parse_args(["--job-dir", "j"])
-    assert (args.num_gpus, args.num_layers, args.train_steps, args.train_batch_size,
+    train_steps = trainer.train_steps_of(args, trainer.job_hparams.HParams.from_flags(args))
+    assert (args.num_gpus, args.num_layers, train_steps, args.train_batch_size,
             args.eval_batch_size, args.momentum, args.weight_decay, args.learning_rate,
             args.batch_norm_decay, args.batch_norm_epsilon, args.variable_strategy,
             args.use_distortion_for_training, args.sync, args.data_format,
@@ -71,7 +72,8 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--num-gpus", "0", "--variable-strategy", "GPU"], ["--variable-strategy GPU"]),
     (["--num-cpu-towers", "3"], ["--train-batch-size 8", "divisible", "3"]),
     (["--num-cpu-towers", "4", "--eval-batch-size", "6"], ["--eval-batch-size 6", "divisible"]),
-    (["--eval-batch-size", "5"], ["--eval-batch-size 5", "32 eval examples"]),
+    (["--eval-batch-size", "5"], ["--eval-batch-size 5", "16 validation examples"]),
+    (["--eval-batch-size", "5", "--eval-subset", "eval"], ["--eval-batch-size 5", "32 eval examples"]),
     (["--train-steps", "0"], ["--train-steps", "positive"]),
     (["--num-cpu-towers", "0"], ["--num-cpu-towers", "positive"]),
     (["--use-distortion-for-training", "maybe"], ["maybe"]),
@@ -130,7 +132,7 @@ def first_training_batch(data_dir, job_dir, distortion):
     args = trainer.build_parser().parse_args(
         ["--data-dir", str(data_dir), "--job-dir", str(job_dir), "--num-gpus", "0",
          "--train-batch-size", "16", "--use-distortion-for-training", distortion])
-    train_input_fn, _ = trainer.make_input_fns(args, num_towers=1)
+    train_input_fn = trainer.make_train_input_fn(args, num_towers=1)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         [images], _ = train_input_fn()
         return session.run(images)
@@ -156,3 +158,22 @@ def test_a_ps_task_needs_neither_the_gpus_nor_the_data(tmp_path):
     trainer.validate_flags(args, cluster.ClusterTask("ps", 0, spec))
     with pytest.raises(UsageError, match="--num-gpus 4"):
         trainer.validate_flags(args, cluster.ClusterTask("chief", 0, spec))
+
+
+def test_train_steps_and_train_epochs_exclude_each_other(tmp_path):
+    result = run_module("cifar10_estimator.main", [
+        "--job-dir", tmp_path, "--use-synthetic-data", "--num-gpus", "0",
+        "--train-steps", "10", "--train-epochs", "2"], timeout=120)
+    assert_one_line_error(result, 2, "--train-epochs", "not allowed with argument --train-steps")
+
+
+@pytest.mark.parametrize("flags, expected_steps", [
+    ([], 80000),
+    (["--train-steps", "500"], 500),
+    (["--train-epochs", "10"], 3120),
+    (["--train-epochs", "10", "--train-batch-size", "64"], 6250),
+])
+def test_the_last_step_comes_from_steps_epochs_or_the_default(flags, expected_steps):
+    args = trainer.build_parser().parse_args(["--job-dir", "j"] + flags)
+    hparams = trainer.job_hparams.HParams.from_flags(args)
+    assert trainer.train_steps_of(args, hparams) == expected_steps

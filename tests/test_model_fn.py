@@ -68,10 +68,12 @@ def test_average_gradients_rejects_towers_with_other_variables():
             model_fn.average_gradients([[(tf.constant(1.0), first)], [(tf.constant(1.0), second)]])
 
 
-def learning_rates_at(steps, base, num_train_examples, global_batch_size):
+def learning_rates_at(steps, base, num_train_examples, global_batch_size, **fields):
+    hparams = job_hparams.HParams(learning_rate=base, num_train_examples=num_train_examples,
+                                  train_batch_size=global_batch_size, **fields)
     with tf.Graph().as_default():
         step = tf.compat.v1.placeholder(tf.int64, [])
-        rate = model_fn.learning_rate_schedule(step, base, num_train_examples, global_batch_size)
+        rate = model_fn.learning_rate_schedule(step, hparams)
         with tf.compat.v1.Session() as session:
             return [session.run(rate, {step: s}) for s in steps]
 
@@ -190,3 +192,30 @@ def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
     asynchronous = job_hparams.HParams(train_batch_size=128, num_workers=3, sync=False)
     assert sync.examples_per_global_step == 384
     assert asynchronous.examples_per_global_step == 128
+
+
+def test_train_epochs_sets_the_last_step_from_the_global_batch():
+    # 40000 / 128 = 312 whole steps per epoch; with --sync and 2 workers, 40000 / 256 = 156.
+    assert model_fn.train_steps_for_epochs(job_hparams.HParams(train_epochs=30)) == 9360
+    assert model_fn.train_steps_for_epochs(job_hparams.HParams(
+        train_epochs=30, num_workers=2, sync=True)) == 4680
+    assert model_fn.train_steps_for_epochs(job_hparams.HParams(
+        train_epochs=2.5, num_train_examples=50000)) == 975
+
+
+@pytest.mark.parametrize("drops, boundaries", [
+    ("paper", [4680, 7020]),        # 50 % and 75 % of 9360 steps
+    ("tutorial", [2998, 4497]),     # 82/256 and 123/256 of 9360 steps
+])
+def test_train_epochs_places_the_drops_in_proportion_to_the_run(drops, boundaries):
+    hparams = job_hparams.HParams(train_epochs=30, learning_rate_drops=drops)
+    assert model_fn.learning_rate_drops(hparams) == (boundaries, (1.0, 0.1, 0.01))
+    steps = [0, boundaries[0], boundaries[0] + 1, boundaries[1], boundaries[1] + 1, 9360]
+    rates = learning_rates_at(steps, 0.1, 40000, 128, train_epochs=30, learning_rate_drops=drops)
+    np.testing.assert_allclose(rates, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001], rtol=1e-6)
+
+
+def test_without_train_epochs_the_drops_are_the_tutorials_epochs():
+    boundaries, factors = model_fn.learning_rate_drops(job_hparams.HParams())
+    assert boundaries == [82 * 312, 123 * 312, 300 * 312]
+    assert factors == (1.0, 0.1, 0.01, 0.002)

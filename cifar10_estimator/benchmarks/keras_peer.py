@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from cifar10_estimator.hparams import DEFAULTS
+from cifar10_estimator.hparams import DEFAULTS, HParams
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
 
@@ -98,10 +98,11 @@ def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, bat
 
     model.add_loss(lambda: weight_decay * tf.add_n(
         [tf.nn.l2_loss(variable) for variable in model.trainable_weights]))
-    steps_per_epoch = max(1, num_train_examples // batch_size)
+    boundaries, factors = model_fn.learning_rate_drops(HParams(
+        learning_rate=learning_rate, train_batch_size=batch_size,
+        num_train_examples=num_train_examples))
     schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay(
-        [steps_per_epoch * epoch for epoch in model_fn.LEARNING_RATE_BOUNDARY_EPOCHS],
-        [learning_rate * factor for factor in model_fn.LEARNING_RATE_FACTORS])
+        boundaries, [learning_rate * factor for factor in factors])
     model.compile(
         optimizer=tf.keras.optimizers.SGD(schedule, momentum=momentum),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

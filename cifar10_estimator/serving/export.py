@@ -84,7 +84,9 @@ class BestAccuracyExporter(tf.estimator.Exporter):
     This exporter compares with the evaluations recorded in the eval dir instead.
     """
 
-    def __init__(self, name, serving_input_receiver_fn, exports_to_keep):
+    def __init__(self, name, serving_input_receiver_fn, exports_to_keep, eval_name):
+        """eval_name: the named evaluation whose accuracies are compared (its eval dir)."""
+        self._eval_name = eval_name
         # LatestExporter does the writing and the garbage collection; this class decides when.
         self._exporter = tf.estimator.LatestExporter(
             name, serving_input_receiver_fn, exports_to_keep=exports_to_keep)
@@ -96,7 +98,8 @@ class BestAccuracyExporter(tf.estimator.Exporter):
     def export(self, estimator, export_path, checkpoint_path, eval_result,
                is_the_final_export):
         if _timestamped_exports(export_path):
-            best = best_accuracy_before(estimator.eval_dir(), eval_result["global_step"])
+            best = best_accuracy_before(estimator.eval_dir(self._eval_name),
+                                        eval_result["global_step"])
             if best is not None and eval_result["accuracy"] <= best:
                 return None
         return self._exporter.export(
@@ -114,15 +117,16 @@ def best_accuracy_before(eval_dir, global_step):
     return max(accuracies, default=None)
 
 
-def make_exporters():
-    """The EvalSpec exporters: export/latest after every evaluation, export/best on improvement."""
-    return [
-        tf.estimator.LatestExporter(
-            LATEST_EXPORTER_NAME, serving_input_receiver_fn,
-            exports_to_keep=LATEST_EXPORTS_TO_KEEP),
-        BestAccuracyExporter(
-            BEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=BEST_EXPORTS_TO_KEEP),
-    ]
+def latest_exporter():
+    """The exporter of export/latest: a SavedModel after every evaluation."""
+    return tf.estimator.LatestExporter(
+        LATEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=LATEST_EXPORTS_TO_KEEP)
+
+
+def best_exporter(eval_name):
+    """The exporter of export/best, comparing the accuracies of the evaluation `eval_name`."""
+    return BestAccuracyExporter(BEST_EXPORTER_NAME, serving_input_receiver_fn,
+                                exports_to_keep=BEST_EXPORTS_TO_KEEP, eval_name=eval_name)
 
 
 def _timestamped_exports(directory):

@@ -1,0 +1,98 @@
+"""What a finished training run reports: its one test evaluation, and what to do next.
+
+Evaluations during training pick the best export on the validation set; the test set
+is used once, on the final checkpoint, so that its accuracy is an honest estimate.
+That evaluation goes to job-dir/eval_test/ (the Estimator's folder for an evaluation
+named "test"), one log line and job-dir/test_results.json.
+"""
+
+import json
+import os
+import uuid
+
+TEST_EVAL_NAME = "test"
+TEST_RESULTS_FILENAME = "test_results.json"
+TEST_RESULTS_FORMAT = "cifar10_estimator.test_results/1"
+
+
+def test_accuracy_line(results):
+    """The log line of the test evaluation, from `test_results`' dict."""
+    return "Test accuracy: %.4f on %d examples (checkpoint %s)" % (
+        results["accuracy"], results["num_examples"], os.path.basename(results["checkpoint"]))
+
+
+def test_results(metrics, num_examples, checkpoint):
+    """The JSON-ready record of a test evaluation.
+
+    Args:
+      metrics: the Estimator's evaluation dict (accuracy, loss, global_step).
+      num_examples: examples evaluated, each once.
+      checkpoint: the checkpoint path evaluated.
+    """
+    return {
+        "format": TEST_RESULTS_FORMAT,
+        "subset": "eval",
+        "accuracy": float(metrics["accuracy"]),
+        "loss": float(metrics["loss"]),
+        "num_examples": int(num_examples),
+        "global_step": int(metrics["global_step"]),
+        "checkpoint": checkpoint,
+    }
+
+
+def write_test_results(job_dir, results):
+    """Write `results` to job-dir/test_results.json atomically; returns its path."""
+    import tensorflow as tf
+
+    path = os.path.join(job_dir, TEST_RESULTS_FILENAME)
+    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        json.dump(results, stream, indent=2, sort_keys=True)
+        stream.write("\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+    return path
+
+
+def _newest_export(job_dir, exporter_name):
+    from cifar10_estimator.errors import Cifar10EstimatorError
+    from cifar10_estimator.serving import export
+
+    directory = os.path.join(job_dir, export.EXPORT_SUBDIR, exporter_name)
+    try:
+        return export.resolve_export_dir(directory)
+    except Cifar10EstimatorError:
+        return None
+
+
+def summary(job_dir, data_dir, validation_metrics, results):
+    """The closing text of a training run: accuracies, exports, and the next commands.
+
+    Args:
+      job_dir, data_dir: the run's flags (data_dir None with synthetic data).
+      validation_metrics: the last evaluation on the validation set, or None when the
+        run evaluated on the test set during training.
+      results: the test evaluation, as `test_results` returns it.
+    """
+    from cifar10_estimator.serving import export
+
+    lines = ["Training finished at step %d in %s." % (results["global_step"], job_dir)]
+    if validation_metrics is not None:
+        lines.append("  validation accuracy  %.4f" % validation_metrics["accuracy"])
+    lines.append("  test accuracy        %.4f on %d examples (%s)" % (
+        results["accuracy"], results["num_examples"],
+        os.path.join(job_dir, TEST_RESULTS_FILENAME)))
+    best = _newest_export(job_dir, export.BEST_EXPORTER_NAME)
+    latest = _newest_export(job_dir, export.LATEST_EXPORTER_NAME)
+    if best:
+        lines.append("  best export          %s (highest validation accuracy)" % best)
+    if latest:
+        lines.append("  latest export        %s" % latest)
+    lines.append("Next:")
+    if best or latest:
+        lines.append("  python -m cifar10_estimator.serving.predict --export-dir %s IMAGE.png"
+                     % (best or latest))
+    if data_dir:
+        lines.append("  python -m cifar10_estimator.serving.evaluate --job-dir %s --data-dir %s "
+                     "--subset eval" % (job_dir, data_dir))
+    lines.append("  tensorboard --logdir %s" % job_dir)
+    return "\n".join(lines)
