@@ -29,7 +29,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9,<3.12",
     install_requires=read_requirements(),
-    extras_require={"test": ["pytest>=7", "pytest-timeout>=2"]},
+    extras_require={"test": ["pytest>=7", "pytest-timeout>=2", "Pillow"]},
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",
         "cifar10-train=cifar10_estimator.main:console_main",

@@ -1,7 +1,9 @@
-"""Convert CIFAR-10 (python version) to the TFRecord files the training reads.
+"""Convert CIFAR-10 to the TFRecord files the training reads, from its archive or image folders.
 
-fetch (download.py) -> verify -> extract and unpickle safely (cifar10_archive.py)
--> write train/validation/eval TFRecords and their counts (this module).
+archive: fetch (download.py) -> verify -> extract and unpickle safely (cifar10_archive.py)
+image folders: list and check the layout, decode in parallel (image_folders.py)
+-> split validation off the training examples, write train/validation/eval TFRecords
+and their counts (this module).
 
 Records are encoded by tfrecord_format (the on-disk format).
 """
@@ -12,42 +14,90 @@ import re
 import shutil
 import sys
 
+from cifar10_estimator import cli
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
-from cifar10_estimator.cli import ArgumentParser, run_command
-from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.data import image_folders
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 URL_ENVIRONMENT_VARIABLE = "CIFAR10_DOWNLOAD_URL"
 DEFAULT_DOWNLOAD_ATTEMPTS = 5
+# Flags that say how to get the archive; they mean nothing with --image-dir.
+_ARCHIVE_FLAGS = ("url", "md5", "download_attempts")
 
 
-def convert_batches(batches_dir, data_dir):
-    """Write train/validation/eval TFRecords and the metadata file from extracted batches.
+def checked_num_validation_examples(num_validation_examples, num_training_examples, source):
+    """num_validation_examples, if it leaves at least one of the training examples to train on.
 
-    All three files are written under temporary names and renamed into place only
-    when all batches were read and written; the metadata file, last, marks a
-    complete set. A failure leaves earlier outputs (if any) untouched.
+    Raises:
+      UsageError: it is negative, or not less than num_training_examples (of `source`).
+    """
+    if not 0 <= num_validation_examples < num_training_examples:
+        raise UsageError(
+            "--validation-examples %d is out of range: %s has %d training images, so pick "
+            "0..%d (0: no validation set)" % (num_validation_examples, source,
+                                              num_training_examples, num_training_examples - 1))
+    return num_validation_examples
+
+
+def split_off_validation(parts, num_validation_examples):
+    """Split training examples, in order: the last num_validation_examples become validation.
+
+    Args:
+      parts: list of (items, labels), the training examples in order; items (images or
+        image paths) are sliced like their labels.
+      num_validation_examples: 0 .. number of examples.
+
+    Returns:
+      dict 'train' -> list of (items, labels) and, unless num_validation_examples is 0,
+      'validation' -> list of (items, labels).
+    """
+    first_validation = sum(len(labels) for _, labels in parts) - num_validation_examples
+    train, validation = [], []
+    start = 0
+    for items, labels in parts:
+        num_train = min(max(first_validation - start, 0), len(labels))
+        if num_train:
+            train.append((items[:num_train], labels[:num_train]))
+        if num_train < len(labels):
+            validation.append((items[num_train:], labels[num_train:]))
+        start += len(labels)
+    return {"train": train, "validation": validation} if num_validation_examples else {
+        "train": train}
+
+
+def write_subsets(data_dir, subset_batches):
+    """Write each subset's TFRecord file and then the metadata file, all or nothing.
+
+    All files are written under temporary names and renamed into place only when
+    every subset was read and written; the metadata file, last, marks a complete
+    set. A failure leaves earlier outputs (if any) untouched.
+
+    Args:
+      data_dir: existing output directory.
+      subset_batches: dict subset -> iterable of (images uint8 [N, 3072], labels [N]).
+        A subset left out gets no file: one of an earlier run is removed, so the data
+        dir holds only what its metadata lists.
 
     Returns:
       dict subset -> number of examples written.
-
-    Raises:
-      Cifar10EstimatorError: a batch is unreadable or not a CIFAR-10 batch.
     """
     staged = {}
     try:
         for subset in tfrecord_format.SUBSETS:
-            batch_paths = [os.path.join(batches_dir, name)
-                           for name in cifar10_archive.SUBSET_BATCHES[subset]]
-            staged[subset] = tfrecord_format.write_temporary_tfrecords(
-                tfrecord_format.tfrecord_path(data_dir, subset),
-                (cifar10_archive.load_batch(path) for path in batch_paths))
+            if subset in subset_batches:
+                staged[subset] = tfrecord_format.write_temporary_tfrecords(
+                    tfrecord_format.tfrecord_path(data_dir, subset), subset_batches[subset])
         metadata = tfrecord_format.metadata_path(data_dir)
         if os.path.exists(metadata):
             os.remove(metadata)
-        for subset, (temporary, _) in staged.items():
-            os.replace(temporary, tfrecord_format.tfrecord_path(data_dir, subset))
+        for subset in tfrecord_format.SUBSETS:
+            path = tfrecord_format.tfrecord_path(data_dir, subset)
+            if subset in staged:
+                os.replace(staged[subset][0], path)
+            elif os.path.exists(path):
+                os.remove(path)
         num_examples = {subset: count for subset, (_, count) in staged.items()}
         tfrecord_format.write_metadata(data_dir, num_examples)
         return num_examples
@@ -55,6 +105,39 @@ def convert_batches(batches_dir, data_dir):
         for temporary, _ in staged.values():
             if os.path.exists(temporary):
                 os.remove(temporary)
+
+
+def convert_batches(batches_dir, data_dir, num_validation_examples=None):
+    """Write train/validation/eval TFRecords and the metadata file from extracted batches.
+
+    Args:
+      batches_dir: directory holding the six batches.
+      data_dir: output directory.
+      num_validation_examples: how many of the last training examples (data_batch_1..5
+        in order) validate; None keeps the tutorial's split (data_batch_5), 0 writes
+        no validation set.
+
+    Returns:
+      dict subset -> number of examples written.
+
+    Raises:
+      Cifar10EstimatorError: a batch is unreadable or not a CIFAR-10 batch.
+      UsageError: num_validation_examples leaves no training examples.
+    """
+    def load(subset):
+        return [cifar10_archive.load_batch(os.path.join(batches_dir, name))
+                for name in cifar10_archive.SUBSET_BATCHES[subset]]
+
+    train_batches, validation_batches = load("train"), load("validation")
+    if num_validation_examples is None:
+        num_validation_examples = sum(len(labels) for _, labels in validation_batches)
+    training = train_batches + validation_batches
+    num_validation_examples = checked_num_validation_examples(
+        num_validation_examples, sum(len(labels) for _, labels in training), batches_dir)
+    subset_batches = split_off_validation(training, num_validation_examples)
+    subset_batches["eval"] = (cifar10_archive.load_batch(os.path.join(batches_dir, name))
+                              for name in cifar10_archive.SUBSET_BATCHES["eval"])
+    return write_subsets(data_dir, subset_batches)
 
 
 def obtain_batches(data_dir, url, md5, download_attempts, messages):
@@ -106,22 +189,69 @@ def remove_stale_temporaries(data_dir):
 
 
 def convert(data_dir, url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5,
-            download_attempts=DEFAULT_DOWNLOAD_ATTEMPTS, messages=None):
+            download_attempts=DEFAULT_DOWNLOAD_ATTEMPTS, messages=None,
+            num_validation_examples=None):
     """Fetch CIFAR-10 into data_dir if needed, then write its TFRecords and metadata.
 
-    See `obtain_batches` for where the data comes from and the arguments.
+    See `obtain_batches` for where the data comes from and the arguments, and
+    `convert_batches` for num_validation_examples.
 
     Returns:
       dict subset -> number of examples written (40000/10000/10000 for CIFAR-10).
 
     Raises:
       Cifar10EstimatorError: the data cannot be fetched, verified or read.
+      UsageError: num_validation_examples leaves no training examples.
     """
     messages = messages or sys.stderr
     os.makedirs(data_dir, exist_ok=True)
     remove_stale_temporaries(data_dir)
     batches_dir = obtain_batches(data_dir, url, md5, download_attempts, messages)
-    return convert_batches(batches_dir, data_dir)
+    return convert_batches(batches_dir, data_dir, num_validation_examples)
+
+
+def convert_image_folders(image_dir, data_dir, num_validation_examples=None, messages=None):
+    """Write train/validation/eval TFRecords and the metadata file from folders of images.
+
+    The whole layout is checked before anything is decoded; see image_folders for
+    the layout, the fixed order of the training images and how images are decoded.
+
+    Args:
+      image_dir: folder holding train/<class>/ and test/<class>/.
+      data_dir: output directory, created if missing.
+      num_validation_examples: how many of the last training images (in their fixed
+        order) validate; None: the last fifth, as data_batch_5 is of the archive's
+        training images; 0: no validation set.
+      messages: text stream for progress lines (default: stderr).
+
+    Returns:
+      dict subset -> number of examples written.
+
+    Raises:
+      Cifar10EstimatorError: naming a folder or file that does not fit the layout, or
+        an image that cannot be decoded or is not 32x32.
+      UsageError: num_validation_examples leaves no training examples.
+    """
+    messages = messages or sys.stderr
+    listing = image_folders.list_images(image_dir)
+    num_training_examples = len(listing["train"][1])
+    if num_validation_examples is None:
+        num_validation_examples = num_training_examples // 5
+    num_validation_examples = checked_num_validation_examples(
+        num_validation_examples, num_training_examples,
+        os.path.join(image_dir, image_folders.SPLIT_DIRNAMES["train"]))
+    subset_paths = split_off_validation([listing["train"]], num_validation_examples)
+    subset_paths["eval"] = [listing["eval"]]
+    os.makedirs(data_dir, exist_ok=True)
+    remove_stale_temporaries(data_dir)
+    return write_subsets(data_dir, {
+        subset: _decoded_parts(parts, subset, messages) for subset, parts in subset_paths.items()})
+
+
+def _decoded_parts(parts, subset, messages):
+    """Yields the decoded batches of each (paths, labels) in parts, in order."""
+    for paths, labels in parts:
+        yield from image_folders.decoded_batches(paths, labels, subset, messages)
 
 
 def _md5_flag(text):
@@ -132,27 +262,27 @@ def _md5_flag(text):
     raise argparse.ArgumentTypeError("expected 32 hex digits or 'none', got %r" % text)
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("expected a positive integer, got %r" % text)
-    return value
-
-
 def build_parser():
-    parser = ArgumentParser(
+    parser = cli.ArgumentParser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Convert CIFAR-10 (python version) into the TFRecord files the training "
-                    "reads:\n"
-                    "  train.tfrecords       data_batch_1..4  (40000 images)\n"
-                    "  validation.tfrecords  data_batch_5     (10000 images)\n"
-                    "  eval.tfrecords        test_batch       (10000 images)\n"
-                    "and %s with the number of examples in each."
-                    % tfrecord_format.METADATA_FILENAME,
-        epilog="Where the data comes from (the first that applies):\n"
+        description="Convert CIFAR-10 into the TFRecord files the training reads, from the\n"
+                    "CIFAR-10 python archive (default) or from folders of images (--image-dir):\n"
+                    "  train.tfrecords       training images       data_batch_1..4  (40000)\n"
+                    "  validation.tfrecords  last training images  data_batch_5     (10000)\n"
+                    "  eval.tfrecords        test images           test_batch       (10000)\n"
+                    "and {metadata} with the number of examples in each.\n"
+                    "Image folders give the same counts for CIFAR-10's 50000 training and\n"
+                    "10000 test images; --validation-examples moves the split.".format(
+                        metadata=tfrecord_format.METADATA_FILENAME),
+        epilog="Validation split (--validation-examples N): the last N training images\n"
+               "validate and the rest train. Default: data_batch_5 for the archive, the last\n"
+               "fifth for image folders (10000 of 50000 either way). For the archive the\n"
+               "training images are data_batch_1..5 in order, so N=5000 validates on the\n"
+               "second half of data_batch_5. N=0 trains on all of them and writes no\n"
+               "validation.tfrecords (one from an earlier run is removed); the metadata\n"
+               "then lists no validation set.\n"
+               "\n"
+               "Where the archive comes from (the first that applies):\n"
                "  1. DIR/{archive} if present. To work offline, place the\n"
                "     archive there yourself. One whose MD5 differs from --md5 is converted\n"
                "     with a warning, so CIFAR-format archives of other data work.\n"
@@ -160,31 +290,79 @@ def build_parser():
                "  3. Otherwise the archive is downloaded from --url into DIR (progress on\n"
                "     stderr; broken transfers are retried and resumed from\n"
                "     DIR/{archive}.part) and must match --md5, or it is removed.\n"
-               "\n"
                "The official archive: {url}\n"
                "with MD5 {md5}.\n"
+               "\n"
+               "Image folders (--image-dir IMAGES), as in the public CIFAR-10-images\n"
+               "repository: IMAGES/train/<class>/ and IMAGES/test/<class>/ (test becomes\n"
+               "eval.tfrecords), one folder per class, named (labels 0..9 in this order)\n"
+               "  {classes}\n"
+               "and holding 32x32 {extensions} files; nothing else of IMAGES is read.\n"
+               "Names starting with '.' (.DS_Store, ...) are skipped; any other file or\n"
+               "folder is an error naming it. Each class's images are read in file-name\n"
+               "order and decoded by TensorFlow (JPEG with the accurate integer IDCT: the\n"
+               "pixels Pillow and libjpeg give); grayscale is expanded to RGB and an alpha\n"
+               "channel dropped (not blended). Training images are then put in a fixed\n"
+               "shuffled order (seed {seed}) that spreads each class evenly, so the\n"
+               "validation images at its end are balanced across classes; test images\n"
+               "stay in class, then file-name order. Progress on stderr.\n"
                "\n"
                "Outputs are written under temporary names and renamed when complete, so a\n"
                "failed run never leaves files that look finished; just run it again.".format(
                    archive=cifar10_archive.ARCHIVE_FILENAME,
                    batches=cifar10_archive.BATCHES_DIRNAME,
-                   url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5))
+                   url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5,
+                   classes=", ".join(tfrecord_format.CLASS_NAMES),
+                   extensions="/".join(image_folders.IMAGE_EXTENSIONS),
+                   seed=image_folders.TRAIN_ORDER_SEED))
     parser.add_argument(
         "--data-dir", required=True, metavar="DIR",
-        help="directory for the archive, the extracted batches and the TFRecords "
-             "(created if missing)")
+        help="output directory for the TFRecords (created if missing); for the archive "
+             "source also the directory of the archive and the extracted batches")
     parser.add_argument(
-        "--url", default=os.environ.get(URL_ENVIRONMENT_VARIABLE) or cifar10_archive.OFFICIAL_URL,
+        "--image-dir", metavar="IMAGES",
+        help="convert the image folders IMAGES/train/<class>/ and IMAGES/test/<class>/ "
+             "instead of the archive (no download); see below")
+    parser.add_argument(
+        "--validation-examples", type=cli.non_negative_int, metavar="N",
+        help="the last N training images validate (default: data_batch_5 or the last "
+             "fifth; 0: no validation set)")
+    # The archive's flags default to absent, so that giving one with --image-dir is caught.
+    parser.add_argument(
+        "--url", default=argparse.SUPPRESS,
         help="where to download the archive from (default: $%s if set, else the official "
              "URL below)" % URL_ENVIRONMENT_VARIABLE)
     parser.add_argument(
-        "--md5", type=_md5_flag, default=cifar10_archive.OFFICIAL_MD5, metavar="HEX|none",
+        "--md5", type=_md5_flag, default=argparse.SUPPRESS, metavar="HEX|none",
         help="expected MD5 of the archive (default: the official archive's); 'none' skips "
              "the check. Set it to download a CIFAR-format archive of other data.")
     parser.add_argument(
-        "--download-attempts", type=_positive_int, default=DEFAULT_DOWNLOAD_ATTEMPTS, metavar="N",
-        help="requests to make before a broken download gives up (default: %(default)s)")
+        "--download-attempts", type=cli.positive_int, default=argparse.SUPPRESS, metavar="N",
+        help="requests to make before a broken download gives up (default: %d)"
+             % DEFAULT_DOWNLOAD_ATTEMPTS)
     return parser
+
+
+def _archive_options(args):
+    """convert()'s url, md5 and download_attempts: the flags given, else their defaults."""
+    given = vars(args)
+    return {"url": given.get("url") or os.environ.get(URL_ENVIRONMENT_VARIABLE)
+            or cifar10_archive.OFFICIAL_URL,
+            "md5": given.get("md5", cifar10_archive.OFFICIAL_MD5),
+            "download_attempts": given.get("download_attempts", DEFAULT_DOWNLOAD_ATTEMPTS)}
+
+
+def _convert_image_folders_with_one_line_errors(args):
+    """convert_image_folders for the command line: progress live, a failure one line."""
+    misplaced = [name for name in _ARCHIVE_FLAGS if name in vars(args)]
+    if misplaced:
+        raise UsageError("--%s is for the archive source; drop it with --image-dir"
+                         % misplaced[0].replace("_", "-"))
+    # libjpeg reports a corrupt file on file descriptor 2 by itself: fd 2 is held back so a
+    # bad image gives only the error line, and a copy of it keeps progress visible meanwhile.
+    with os.fdopen(os.dup(2), "w") as live_stderr, cli.stderr_dropped_on_user_error():
+        return convert_image_folders(args.image_dir, args.data_dir, args.validation_examples,
+                                     messages=live_stderr)
 
 
 def main(argv):
@@ -192,8 +370,11 @@ def main(argv):
     # TensorFlow only writes records here; its C++ start-up notices would bury our messages.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        num_examples = convert(args.data_dir, url=args.url, md5=args.md5,
-                               download_attempts=args.download_attempts)
+        if args.image_dir is None:
+            num_examples = convert(args.data_dir, num_validation_examples=args.validation_examples,
+                                   **_archive_options(args))
+        else:
+            num_examples = _convert_image_folders_with_one_line_errors(args)
     except download.DownloadError as error:
         raise download.DownloadError("%s; place %s in %s or pass --url" % (
             error, cifar10_archive.ARCHIVE_FILENAME, args.data_dir))
@@ -204,14 +385,15 @@ def main(argv):
         raise Cifar10EstimatorError("cannot read or write %s: %s" % (
             error.filename or args.data_dir, error.strerror or error))
     for subset in tfrecord_format.SUBSETS:
-        print("%-10s %6d examples  %s" % (subset, num_examples[subset],
-                                          tfrecord_format.tfrecord_path(args.data_dir, subset)))
+        if subset in num_examples:
+            print("%-10s %6d examples  %s" % (
+                subset, num_examples[subset], tfrecord_format.tfrecord_path(args.data_dir, subset)))
     print("counts in %s" % tfrecord_format.metadata_path(args.data_dir))
     return 0
 
 
 def console_main():
-    sys.exit(run_command(main))
+    sys.exit(cli.run_command(main))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Each record is a tf.train.Example with two features, as in the original tutorial
   image: bytes, the 3072 raw uint8 values of one image in CIFAR's channel-major
          order (1024 red, then 1024 green, then 1024 blue, each row-major 32x32);
   label: int64, the class index 0..9.
-Beside the TFRecords, a small JSON file records how many examples each file holds.
+Beside the TFRecords, a small JSON file records how many examples each file holds; a
+data dir converted without a validation set has neither its file nor its count.
 
 Records are serialized straight from numpy arrays: a tf.train.Example with one
 3072-byte `image` and one small `label` has a fixed wire layout, so every record
@@ -105,6 +106,24 @@ def read_num_examples(data_dir):
             % (path, error, generate_command(data_dir)))
 
 
+def has_subset(data_dir, subset):
+    """Whether data_dir holds `subset` ('train', 'validation' or 'eval').
+
+    The converter writes no validation set when told to keep no validation examples;
+    its metadata file then lists no 'validation'. Without a metadata file (records
+    written by the original tutorial), a subset is there when its TFRecord file is.
+
+    Raises:
+      ValueError: unknown subset.
+      Cifar10EstimatorError: the metadata file exists but cannot be read as ours.
+    """
+    check_subset(subset)
+    counts = read_num_examples(data_dir)
+    if counts is None:
+        return os.path.isfile(tfrecord_path(data_dir, subset))
+    return subset in counts
+
+
 def num_examples(subset="train", data_dir=None):
     """Number of examples in `subset`, from the metadata file of data_dir.
 
@@ -116,7 +135,9 @@ def num_examples(subset="train", data_dir=None):
 
     Raises:
       ValueError: unknown subset.
-      Cifar10EstimatorError: the metadata file is unreadable or lacks the subset.
+      Cifar10EstimatorError: the metadata file is unreadable or lacks the subset (see
+        `has_subset`: a data dir converted with --validation-examples 0 has no
+        validation set).
     """
     check_subset(subset)
     counts = None if data_dir is None else read_num_examples(data_dir)
@@ -124,8 +145,8 @@ def num_examples(subset="train", data_dir=None):
         return DEFAULT_NUM_EXAMPLES[subset]
     if subset not in counts:
         raise Cifar10EstimatorError(
-            "%s has no count for subset %r; regenerate the data with: %s" % (
-                metadata_path(data_dir), subset, generate_command(data_dir)))
+            "%s has no %s examples (%s lists none); regenerate the data with: %s" % (
+                data_dir, subset, metadata_path(data_dir), generate_command(data_dir)))
     return counts[subset]
 
 
@@ -208,6 +229,12 @@ def _write_examples(writer, images, labels):
             writer.write(records[offset:offset + RECORD_NUM_BYTES])
 
 
+def _current_umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def write_temporary_tfrecords(path, batches):
     """Write (images, labels) batches as Examples to a hidden file beside `path`.
 
@@ -220,6 +247,9 @@ def write_temporary_tfrecords(path, batches):
     directory, name = os.path.split(os.path.abspath(path))
     descriptor, temporary = tempfile.mkstemp(dir=directory, prefix="." + name + ".", suffix=".tmp")
     os.close(descriptor)
+    # mkstemp makes the file private (0600); the finished file should be as readable as
+    # any other the user writes, e.g. by the other hosts' users of a shared data dir.
+    os.chmod(temporary, 0o666 & ~_current_umask())
     num_examples = 0
     try:
         with tf.io.TFRecordWriter(temporary) as writer:

@@ -1,4 +1,5 @@
-"""Build small CIFAR-10 archives in the official layout and encoding, and tiny TFRecords.
+"""Build small CIFAR-10 archives in the official layout and encoding, tiny TFRecords, and
+folders of images in the layout of the public CIFAR-10-images repository.
 
 Archives come from cifar10_estimator.data.synthetic_archive, which writes the official
 layout and Python 2 pickle encoding (byte-string keys, uint8 data [N, 3072]).
@@ -67,6 +68,24 @@ def write_tfrecords_the_original_way(data_dir, subsets, write_metadata=True):
             data_dir, {subset: len(labels) for subset, (_, labels) in subsets.items()})
 
 
+def read_tfrecords(path):
+    """(images uint8 [N, 3072], labels int64 [N]) parsed back the way the training reads them."""
+    import tensorflow as tf
+    from cifar10_estimator import tfrecord_format
+
+    features = {tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+                tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, features)
+        return (tf.io.decode_raw(example[tfrecord_format.IMAGE_KEY], tf.uint8),
+                example[tfrecord_format.LABEL_KEY])
+
+    batches = list(tf.data.TFRecordDataset(path).map(parse).batch(1024).as_numpy_iterator())
+    return (np.concatenate([images for images, _ in batches]),
+            np.concatenate([labels for _, labels in batches]))
+
+
 def make_tiny_tfrecords(data_dir, num_train=64, num_validation=16, num_eval=32, seed=0):
     """Random tiny TFRecords for model and CLI tests; returns the subsets written."""
     rng = np.random.RandomState(seed)
@@ -76,6 +95,64 @@ def make_tiny_tfrecords(data_dir, num_train=64, num_validation=16, num_eval=32, 
                            rng.randint(0, 10, size=count).astype(np.int64))
     write_tfrecords_the_original_way(data_dir, subsets)
     return subsets
+
+
+# Images of the image folders that are not RGB, or not named NNNN.png/NNNN.jpg:
+# (split folder, class, index) -> (Pillow mode, file extension).
+SPECIAL_FOLDER_IMAGES = {
+    ("train", "airplane", 1): ("L", ".png"),      # grayscale PNG
+    ("train", "automobile", 1): ("RGBA", ".png"),  # alpha to drop
+    ("train", "bird", 1): ("L", ".jpg"),          # grayscale JPEG
+    ("train", "cat", 2): ("RGB", ".jpeg"),
+    ("test", "dog", 1): ("RGB", ".JPG"),
+}
+
+
+def _random_pillow_image(rng, mode):
+    from PIL import Image
+
+    if mode == "L":
+        return Image.fromarray(rng.randint(0, 256, size=(32, 32)).astype(np.uint8), "L")
+    channels = {"RGB": 3, "RGBA": 4}[mode]
+    return Image.fromarray(rng.randint(0, 256, size=(32, 32, channels)).astype(np.uint8), mode)
+
+
+def write_image_folders(root, train_per_class=5, test_per_class=2, seed=0):
+    """Write root/train/<class>/ and root/test/<class>/ of random 32x32 images with Pillow.
+
+    Images are named 0000, 0001, ... and alternate RGB PNG (even) and RGB JPEG (odd),
+    except SPECIAL_FOLDER_IMAGES. Beside them, as in real folders: hidden files
+    (.DS_Store in class and split folders, a .git folder) and a README.md in root.
+
+    Returns:
+      dict split folder ('train', 'test') -> list of (path relative to root, label,
+      Pillow mode) in class, then file-name order.
+    """
+    from cifar10_estimator import tfrecord_format
+
+    rng = np.random.RandomState(seed)
+    os.makedirs(os.path.join(root, ".git"))
+    with open(os.path.join(root, "README.md"), "w") as stream:
+        stream.write("CIFAR-10 images\n")
+    written = {}
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        written[split] = []
+        for label, class_name in enumerate(tfrecord_format.CLASS_NAMES):
+            folder = os.path.join(root, split, class_name)
+            os.makedirs(folder)
+            for index in range(per_class):
+                mode, extension = SPECIAL_FOLDER_IMAGES.get(
+                    (split, class_name, index), ("RGB", ".jpg" if index % 2 else ".png"))
+                relative_path = "%s/%s/%04d%s" % (split, class_name, index, extension)
+                _random_pillow_image(rng, mode).save(
+                    os.path.join(root, relative_path),
+                    format="JPEG" if extension.lower() in (".jpg", ".jpeg") else "PNG")
+                written[split].append((relative_path, label, mode))
+            with open(os.path.join(folder, ".DS_Store"), "wb") as stream:
+                stream.write(b"\0Bud1")
+        with open(os.path.join(root, split, ".DS_Store"), "wb") as stream:
+            stream.write(b"\0Bud1")
+    return written
 
 
 class ArchiveServer:

@@ -1,8 +1,10 @@
-"""Fixtures shared by the test modules: archives, a local HTTP server, tiny TFRecords."""
+"""Fixtures shared by the test modules: archives, image folders, a local HTTP server, tiny
+TFRecords."""
 
 import functools
 import http.server
 import os
+import shutil
 import sys
 import threading
 
@@ -45,6 +47,22 @@ def cifar_archive(tmp_path, cifar_batches):
     path.parent.mkdir()
     md5 = cifar_archives.write_archive_with_md5(str(path), cifar_batches)
     return path, md5
+
+
+@pytest.fixture(scope="session")
+def cifar_image_folders_source(tmp_path_factory):
+    """(root, written) of image folders made once: see cifar_archives.write_image_folders."""
+    root = tmp_path_factory.mktemp("image_folders") / "cifar10-images"
+    return root, cifar_archives.write_image_folders(str(root))
+
+
+@pytest.fixture
+def cifar_image_folders(tmp_path, cifar_image_folders_source):
+    """(root, written): a fresh copy of `cifar_image_folders_source`, for a test to change."""
+    source, written = cifar_image_folders_source
+    root = tmp_path / "cifar10-images"
+    shutil.copytree(str(source), str(root))
+    return root, written
 
 
 @pytest.fixture(scope="session")

@@ -11,30 +11,16 @@ import pytest
 import tensorflow as tf
 
 from cifar_archives import (ARCHIVE_NAME, ArchiveServer, breaks_first_request_after,
-                            expected_subsets, python2_pickle, write_archive)
+                            expected_subsets, python2_pickle, read_tfrecords, write_archive)
 from cli_helpers import assert_one_line_error, run_module
 from cifar10_estimator import generate_tfrecords, tfrecord_format
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
+from cifar10_estimator.data import image_folders
 from cifar10_estimator.cli import run_command
 
 MODULE = "cifar10_estimator.generate_tfrecords"
 TINY_COUNTS = {"train": 96, "validation": 24, "eval": 24}  # 24 images per batch
-
-
-def read_tfrecords(path):
-    """(images uint8 [N, 3072], labels int64 [N]) parsed back the way the training reads them."""
-    features = {tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-                tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
-
-    def parse(record):
-        example = tf.io.parse_single_example(record, features)
-        return (tf.io.decode_raw(example[tfrecord_format.IMAGE_KEY], tf.uint8),
-                example[tfrecord_format.LABEL_KEY])
-
-    batches = list(tf.data.TFRecordDataset(path).map(parse).batch(1024).as_numpy_iterator())
-    return (np.concatenate([images for images, _ in batches]),
-            np.concatenate([labels for _, labels in batches]))
 
 
 def tf_train_example(image, label):
@@ -189,7 +175,14 @@ def test_cli_help_describes_the_sources_and_overrides(capsys):
                      cifar10_archive.OFFICIAL_URL, "--md5 HEX|none", cifar10_archive.OFFICIAL_MD5, "'none' skips the check",
                      "--download-attempts", "place the archive there yourself",
                      "cifar-10-batches-py/", "train.tfrecords", "validation.tfrecords",
-                     "eval.tfrecords", tfrecord_format.METADATA_FILENAME]:
+                     "eval.tfrecords", tfrecord_format.METADATA_FILENAME,
+                     "--image-dir IMAGES", "IMAGES/train/<class>/ and IMAGES/test/<class>/",
+                     "test becomes eval.tfrecords", ", ".join(tfrecord_format.CLASS_NAMES),
+                     ".png/.jpg/.jpeg", "'.' (.DS_Store, ...) are skipped",
+                     "grayscale is expanded to RGB", "alpha channel dropped",
+                     "seed %d" % image_folders.TRAIN_ORDER_SEED,
+                     "--validation-examples N", "the last N training images validate",
+                     "N=0 trains on all of them and writes no validation.tfrecords"]:
         assert fragment in help_text, fragment
 
 
@@ -377,3 +370,95 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path, cifar_archi
     assert_outputs_hold(data_dir, cifar_batches)
     assert not any(path.exists() for path in leftovers + [staged])
     assert unrelated.read_bytes() == b"mine"
+
+
+# --- the validation split -----------------------------------------------------------------
+
+def training_pool(batches):
+    """data_batch_1..5 concatenated: the training examples validation is split off from."""
+    subsets = expected_subsets(batches)
+    return tuple(np.concatenate([subsets["train"][i], subsets["validation"][i]]) for i in (0, 1))
+
+
+def test_validation_examples_are_the_last_of_data_batch_1_to_5(
+        tmp_path, cifar_archive, cifar_batches, capsys):
+    archive, _ = cifar_archive
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+
+    assert run_main(["--data-dir", data_dir, "--md5", "none", "--validation-examples", 30]) == 0
+
+    images, labels = training_pool(cifar_batches)  # 5 x 24: validation starts inside batch 4
+    for subset, part in (("train", slice(None, 90)), ("validation", slice(90, None))):
+        read_images, read_labels = read_tfrecords(tfrecord_format.tfrecord_path(str(data_dir),
+                                                                               subset))
+        np.testing.assert_array_equal(read_images, images[part])
+        np.testing.assert_array_equal(read_labels, labels[part])
+    assert tfrecord_format.read_num_examples(str(data_dir)) == {
+        "train": 90, "validation": 30, "eval": 24}
+    assert "validation     30 examples" in capsys.readouterr().out
+
+
+def test_cli_no_validation_examples_trains_on_all_and_removes_the_old_validation_set(
+        tmp_path, cifar_archive, cifar_batches):
+    archive, _ = cifar_archive
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+    assert run_main(["--data-dir", data_dir, "--md5", "none"]) == 0
+    assert tfrecord_format.has_subset(str(data_dir), "validation")
+
+    result = run_module(MODULE, ["--data-dir", data_dir, "--md5", "none",
+                                 "--validation-examples", "0"], timeout=300)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [line.split()[:2] for line in result.stdout.splitlines()] == [
+        ["train", "120"], ["eval", "24"], ["counts", "in"]]
+    assert output_files(data_dir) == [tfrecord_format.METADATA_FILENAME, "eval.tfrecords",
+                                      "train.tfrecords"]
+    assert tfrecord_format.read_num_examples(str(data_dir)) == {"train": 120, "eval": 24}
+    assert not tfrecord_format.has_subset(str(data_dir), "validation")
+    images, labels = read_tfrecords(tfrecord_format.tfrecord_path(str(data_dir), "train"))
+    np.testing.assert_array_equal(images, training_pool(cifar_batches)[0])
+    np.testing.assert_array_equal(labels, training_pool(cifar_batches)[1])
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (120, "--validation-examples 120 is out of range"),
+    (-3, "expected 0 or a positive integer, got '-3'"),
+])
+def test_validation_examples_leaving_no_training_is_a_usage_error(
+        tmp_path, cifar_archive, capsys, value, fragment):
+    archive, _ = cifar_archive
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+
+    assert run_main(["--data-dir", data_dir, "--md5", "none", "--validation-examples", value]) == 2
+
+    [line] = error_lines(capsys)
+    assert fragment in line
+    assert output_files(data_dir) == []
+
+
+def test_has_subset_follows_the_metadata_or_else_the_files(tmp_path, tiny_data_dir):
+    assert all(tfrecord_format.has_subset(str(tiny_data_dir), subset)
+               for subset in tfrecord_format.SUBSETS)
+    # Written by the original tutorial: no metadata, only the files say what is there.
+    tfrecord_format.write_tfrecords(tfrecord_format.tfrecord_path(str(tmp_path), "train"),
+                                    np.zeros((1, 3072), np.uint8), [0])
+    assert tfrecord_format.has_subset(str(tmp_path), "train")
+    assert not tfrecord_format.has_subset(str(tmp_path), "validation")
+    with pytest.raises(ValueError):
+        tfrecord_format.has_subset(str(tmp_path), "test")
+
+
+def test_written_files_follow_the_umask_not_mkstemps_private_mode(tmp_path):
+    path = str(tmp_path / "shared.tfrecords")
+    old_umask = os.umask(0o022)
+    try:
+        tfrecord_format.write_tfrecords(path, np.zeros((1, 3072), np.uint8), np.zeros(1, np.int64))
+    finally:
+        os.umask(old_umask)
+    assert os.stat(path).st_mode & 0o777 == 0o644

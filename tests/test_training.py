@@ -1,6 +1,7 @@
 """Training through the real CLI in a subprocess, on tiny TFRecords and ResNet-8."""
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -27,10 +28,10 @@ def checkpoint_steps(job_dir):
                   for path in glob.glob(os.path.join(str(job_dir), "model.ckpt-*.index")))
 
 
-def eval_metrics(job_dir):
-    """{global_step: {tag: value}} read from the event files under job_dir/eval."""
+def eval_metrics(job_dir, eval_folder="eval_validation"):
+    """{global_step: {tag: value}} read from the event files under job_dir/eval_folder."""
     metrics = {}
-    for path in glob.glob(os.path.join(str(job_dir), "eval", "events.out.tfevents.*")):
+    for path in glob.glob(os.path.join(str(job_dir), eval_folder, "events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 metrics.setdefault(event.step, {})[value.tag] = value.simple_value
@@ -52,6 +53,88 @@ def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
     result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "15"))
     assert_trained_and_evaluated(result, job_dir, 15)
     assert "Final evaluation:" in result.stderr
+
+
+def test_validation_during_training_and_one_test_evaluation_at_the_end(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "10",
+                                             "--save-checkpoints-steps", "5"))
+    assert result.returncode == 0, result.stderr[-5000:]
+    # Evaluations during training: the validation set, in the Estimator's folder for it.
+    assert 10 in eval_metrics(job_dir, "eval_validation")
+    assert not (job_dir / "eval").exists()
+    # The test set: once, on the final checkpoint.
+    test_events = eval_metrics(job_dir, "eval_test")
+    assert list(test_events) == [10]
+    with open(str(job_dir / "test_results.json")) as stream:
+        results = json.load(stream)
+    assert results["num_examples"] == 32 and results["global_step"] == 10
+    assert results["checkpoint"].endswith("model.ckpt-10")
+    assert abs(results["accuracy"] - test_events[10]["accuracy"]) < 1e-6
+    assert "Test accuracy: %.4f on 32 examples (checkpoint model.ckpt-10)" % results["accuracy"] \
+        in result.stderr
+    # The closing summary says where things are and what to run next.
+    assert "validation accuracy" in result.stdout and "test accuracy" in result.stdout
+    assert str(job_dir / "export" / "best") in result.stdout
+    assert "cifar10_estimator.serving.predict --export-dir" in result.stdout
+    assert "tensorboard --logdir %s" % job_dir in result.stdout
+    # 10 steps end long before epoch 82: the log says the rate never drops, once.
+    assert result.stderr.count("ends before the first learning-rate drop") == 1
+
+
+def without_validation_set(tiny_data_dir, tmp_path):
+    """A copy of tiny_data_dir as `generate_tfrecords --validation-examples 0` leaves it."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(str(tiny_data_dir), str(data_dir))
+    os.remove(str(data_dir / "validation.tfrecords"))
+    metadata = data_dir / "cifar10_metadata.json"
+    content = json.loads(metadata.read_text())
+    del content["num_examples"]["validation"]
+    metadata.write_text(json.dumps(content))
+    return data_dir
+
+
+@pytest.mark.parametrize("case", ["--eval-subset eval", "no validation set"])
+def test_evaluating_on_test_during_training_keeps_no_best_export(tiny_data_dir, tmp_path, case):
+    job_dir = tmp_path / "job"
+    if case == "no validation set":
+        args = trainer_args(without_validation_set(tiny_data_dir, tmp_path), job_dir)
+    else:
+        args = trainer_args(tiny_data_dir, job_dir, "--eval-subset", "eval")
+    result = run_module(MODULE, args + ["--train-steps", "5"])
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "Evaluating on the test set during training (%s)" % (
+        "--eval-subset eval" if case == "--eval-subset eval" else
+        "%s has no validation set" % (tmp_path / "data")) in result.stderr
+    assert 5 in eval_metrics(job_dir, "eval")
+    assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
+    assert not (job_dir / "export" / "best").exists()
+    with open(str(job_dir / "test_results.json")) as stream:
+        assert json.load(stream)["global_step"] == 5
+    assert "validation accuracy" not in result.stdout
+
+
+def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
+        tiny_data_dir, tmp_path):
+    # 64 training examples in batches of 8: 8 steps per epoch.
+    job_dir = tmp_path / "job"
+    first = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "1"))
+    assert first.returncode == 0, first.stderr[-5000:]
+    assert "Training to step 8 (1.0 epochs of 64 examples at 8 per step); learning rate 0.1, " \
+           "x0.1 after step 4, x0.01 after step 6" in first.stderr
+    assert checkpoint_steps(job_dir)[-1] == 8
+    assert "ends before the first learning-rate drop" not in first.stderr
+
+    second = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "2",
+                                             "--learning-rate", "0.05"))
+    assert second.returncode == 0, second.stderr[-5000:]
+    assert re.search(r"Restoring parameters from \S+model\.ckpt-8\b", second.stderr)
+    assert "Training to step 16 (2.0 epochs of 64 examples at 8 per step); learning rate 0.05, " \
+           "x0.1 after step 8, x0.01 after step 12" in second.stderr
+    assert checkpoint_steps(job_dir)[-1] == 16
+    with open(str(job_dir / "hparams.json")) as stream:
+        recorded = json.load(stream)["hparams"]
+    assert recorded["train_epochs"] == 2 and recorded["learning_rate"] == 0.05
 
 
 def test_two_cpu_towers_run_on_two_devices(tiny_data_dir, tmp_path):
@@ -109,7 +192,7 @@ def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(tiny_data_dir, t
     job_dir = tmp_path / "job"
     args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "5")
     assert run_module(MODULE, args).returncode == 0
-    shutil.rmtree(str(job_dir / "eval"))
+    shutil.rmtree(str(job_dir / "eval_validation"))
     shutil.rmtree(str(job_dir / "export"))
 
     result = run_module(MODULE, args)
