@@ -10,7 +10,6 @@ import tensorflow as tf
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import model_fn, tfrecord_format
 from cifar10_estimator.serving import evaluate
-from cifar10_estimator.serving import export
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import assert_one_line_error, run_module
 

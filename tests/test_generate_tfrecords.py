@@ -172,7 +172,8 @@ def test_cli_help_describes_the_sources_and_overrides(capsys):
     assert exit_info.value.code == 0
     help_text = " ".join(capsys.readouterr().out.split())
     for fragment in ["--data-dir DIR", "--url", "$CIFAR10_DOWNLOAD_URL",
-                     cifar10_archive.OFFICIAL_URL, "--md5 HEX|none", cifar10_archive.OFFICIAL_MD5, "'none' skips the check",
+                     cifar10_archive.OFFICIAL_URL, "--md5 HEX|none", cifar10_archive.OFFICIAL_MD5,
+                     "'none' skips the check",
                      "--download-attempts", "place the archive there yourself",
                      "cifar-10-batches-py/", "train.tfrecords", "validation.tfrecords",
                      "eval.tfrecords", tfrecord_format.METADATA_FILENAME,

@@ -161,7 +161,8 @@ def compare_input_pipelines(data_dir, batch_size=128, num_batches=200, num_round
     data_set = cifar10.Cifar10DataSet(data_dir, "train", use_distortion=True)
 
     def original_batch():
-        dataset = original_input_pipeline(data_set.filename, batch_size, data_set.num_examples_per_epoch())
+        dataset = original_input_pipeline(data_set.filename, batch_size,
+                                          data_set.num_examples_per_epoch())
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
     pipelines = {"original": original_batch,

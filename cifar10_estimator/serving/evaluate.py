@@ -15,7 +15,8 @@ import numpy as np
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, first_line, positive_int, quiet_tensorflow_logs, run_command
+from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
+                                   quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 CLASS_NAMES = tfrecord_format.CLASS_NAMES

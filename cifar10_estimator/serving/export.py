@@ -14,14 +14,10 @@ Both return classes (int64 [N]), class_names (string [N]) and probabilities
 (float32 [N, 10]); see model_fn._predictions.
 """
 
-import dataclasses
-import json
 import os
-import uuid
 
 import tensorflow as tf
 
-from cifar10_estimator import model_fn
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 

@@ -16,8 +16,10 @@ import sys
 import numpy as np
 
 from cifar10_estimator import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, first_line, invoked_program, quiet_tensorflow_logs, run_command
+from cifar10_estimator.cli import (ArgumentParser, first_line, invoked_program,
+                                   quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
 
 def build_parser():
     parser = ArgumentParser(
