@@ -12,19 +12,33 @@ DEFAULT_PS_OPS = ("Variable", "VariableV2", "VarHandleOp")
 
 
 class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
-    """Logs training throughput: `Average examples/sec: A (C), step = S`.
+    """Logs training throughput: this worker's, and in a cluster the whole cluster's.
 
-    A is the average since the hook's first timed step, C the rate over the last
-    interval and S the number of steps timed so far (as in the tutorial, not the
-    global step). Per step the hook only fetches the global step and asks the timer
-    whether to log.
+    Every N steps of this worker (or N seconds) it logs
+
+        Average examples/sec: A (C), step = S
+
+    for this worker as the tutorial did: A the average since the hook's first timed
+    step, C the rate over the last interval, S this worker's steps timed so far, each
+    step one batch of batch_size examples. Given examples_per_global_step, it adds
+
+        Cluster examples/sec: A (C), global step = G
+
+    over the same intervals: the global steps every worker made, each of
+    examples_per_global_step examples. Without --sync every worker's step is a
+    global step of its batch, so the cluster's rate is the sum of the workers' own;
+    with --sync a global step aggregates one batch of every worker. Per step the hook
+    only fetches the global step and asks the timer whether to log.
     """
 
-    def __init__(self, batch_size, every_n_steps=100, every_n_secs=None):
+    def __init__(self, batch_size, every_n_steps=100, every_n_secs=None,
+                 examples_per_global_step=None):
         """Args:
-          batch_size: examples per step over all towers.
-          every_n_steps: log every this many global steps, or None.
+          batch_size: examples per step of this worker, over all its towers.
+          every_n_steps: log every this many steps of this worker, or None.
           every_n_secs: log every this many seconds, or None.
+          examples_per_global_step: examples behind one global step of the cluster,
+            or None to log this worker's throughput only (training on one machine).
 
         Raises:
           ValueError: not exactly one of every_n_steps and every_n_secs is given.
@@ -35,9 +49,10 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
                              % (every_n_steps, every_n_secs))
         self._timer = tf.compat.v1.train.SecondOrStepTimer(
             every_secs=every_n_secs, every_steps=every_n_steps)
-        self._batch_size = batch_size
-        self._total_train_secs = 0.0
-        self._total_steps = 0
+        self._worker = _Throughput(batch_size)
+        self._cluster = _Throughput(examples_per_global_step) if examples_per_global_step else None
+        self._steps_run = 0
+        self._global_step_at_trigger = None
         self._global_step = None
 
     def begin(self):
@@ -53,19 +68,38 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
         return tf.compat.v1.train.SessionRunArgs(self._global_step)
 
     def after_run(self, run_context, run_values):
-        global_step = run_values.results
-        if not self._timer.should_trigger_for_step(global_step):
+        self._steps_run += 1
+        if not self._timer.should_trigger_for_step(self._steps_run):
             return
-        elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(global_step)
-        if not elapsed_secs:  # the first trigger only starts the clock
+        elapsed_secs, elapsed_steps = self._timer.update_last_triggered_step(self._steps_run)
+        global_step, previous_global_step = run_values.results, self._global_step_at_trigger
+        self._global_step_at_trigger = global_step
+        if not elapsed_secs:  # the first trigger of a session only starts the clock
             return
-        self._total_train_secs += elapsed_secs
-        self._total_steps += elapsed_steps
-        average_examples_per_sec = self._batch_size * self._total_steps / self._total_train_secs
-        current_examples_per_sec = self._batch_size * elapsed_steps / elapsed_secs
-        tf.compat.v1.logging.info("%s: %g (%g), step = %g", "Average examples/sec",
-                                  average_examples_per_sec, current_examples_per_sec,
-                                  self._total_steps)
+        tf.compat.v1.logging.info("Average examples/sec: %g (%g), step = %g",
+                                  *self._worker.add(elapsed_steps, elapsed_secs),
+                                  self._worker.steps)
+        if self._cluster:
+            tf.compat.v1.logging.info(
+                "Cluster examples/sec: %g (%g), global step = %d",
+                *self._cluster.add(global_step - previous_global_step, elapsed_secs), global_step)
+
+
+class _Throughput:
+    """Examples/sec of steps of a fixed size, counted interval by interval."""
+
+    def __init__(self, examples_per_step):
+        self._examples_per_step = examples_per_step
+        self.steps = 0
+        self._secs = 0.0
+
+    def add(self, steps, secs):
+        """Count `steps` made in `secs`; returns (average over all intervals, this one's)
+        examples/sec."""
+        self.steps += steps
+        self._secs += secs
+        return (self._examples_per_step * self.steps / self._secs,
+                self._examples_per_step * steps / secs)
 
 
 class SyncReplicasChiefHook(tf.compat.v1.train.SessionRunHook):

@@ -23,6 +23,10 @@ PROPORTIONAL_SCHEDULES = {
     "paper": ((0.5, 0.75), (1.0, 0.1, 0.01)),
     "tutorial": ((82 / 256, 123 / 256), (1.0, 0.1, 0.01)),
 }
+# --learning-rate-scaling: whether model_fn.effective_learning_rate scales the base rate
+# to the global batch; the reference is the batch the tutorial's and the paper's 0.1 is for.
+LEARNING_RATE_SCALINGS = ("none", "linear")
+LEARNING_RATE_REFERENCE_BATCH_SIZE = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +53,8 @@ class HParams:
     # PROPORTIONAL_SCHEDULES) says.
     train_epochs: typing.Optional[float] = None
     learning_rate_drops: str = "paper"
+    # One of LEARNING_RATE_SCALINGS, applied by model_fn.effective_learning_rate.
+    learning_rate_scaling: str = "none"
 
     @property
     def examples_per_global_step(self):

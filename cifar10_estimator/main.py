@@ -21,6 +21,7 @@ from cifar10_estimator.serving import final_report
 
 DEFAULT_TRAIN_STEPS = 80000
 
+
 def build_parser():
     parser = ArgumentParser(
         description="Train a ResNet on CIFAR-10 with tf.estimator.train_and_evaluate: "
@@ -83,13 +84,21 @@ def build_parser():
     model.add_argument("--eval-batch-size", type=positive_int, default=100,
                        help="Eval batch, split over the towers; must divide the validation "
                             "and test sets.")
-    model.add_argument("--momentum", type=float, default=job_hparams.DEFAULTS.momentum, help="Momentum of the optimizer.")
+    model.add_argument("--momentum", type=float, default=job_hparams.DEFAULTS.momentum,
+                       help="Momentum of the optimizer.")
     model.add_argument("--weight-decay", type=float, default=job_hparams.DEFAULTS.weight_decay,
                        help="L2 weight decay factor.")
     model.add_argument("--learning-rate", type=positive_float,
                        default=job_hparams.DEFAULTS.learning_rate,
                        help="Initial learning rate; x0.1, x0.01, x0.002 from epochs 82, 123, "
                             "300 (with --train-epochs: see --learning-rate-drops).")
+    model.add_argument("--learning-rate-scaling", choices=job_hparams.LEARNING_RATE_SCALINGS,
+                       default=job_hparams.DEFAULTS.learning_rate_scaling,
+                       help="none: --learning-rate as given, whatever the global batch (the "
+                            "original). linear: --learning-rate x global batch / %d, the "
+                            "global batch being --train-batch-size x workers with --sync "
+                            "(Goyal et al. 2017)."
+                            % job_hparams.LEARNING_RATE_REFERENCE_BATCH_SIZE)
     model.add_argument("--batch-norm-decay", type=float,
                        default=job_hparams.DEFAULTS.batch_norm_decay,
                        help="Decay of the batch-norm moving averages.")
@@ -105,7 +114,7 @@ def build_parser():
                                "A checkpoint is always written at the last step.")
     schedule.add_argument("--eval-every-secs", type=positive_int, default=600, metavar="S",
                           help="Evaluate a new checkpoint at most every S seconds; the final "
-                               "checkpoint is always evaluated.")
+                               "checkpoint is always evaluated, as soon as it is written.")
     schedule.add_argument("--eval-subset", choices=["validation", "eval"], default="validation",
                           help="What the evaluations during training use. validation (into "
                                "job-dir/eval_validation/) picks export/best; eval is the test "
@@ -185,7 +194,7 @@ def periodic_eval_subset(args):
 
 
 def eval_steps(args, subset):
-    """Steps that evaluate every example of `subset` exactly once (one batch with synthetic data)."""
+    """Steps that evaluate each example of `subset` once (one batch with synthetic data)."""
     if args.use_synthetic_data:
         return 1
     count = tfrecord_format.num_examples(subset, args.data_dir)
@@ -285,6 +294,10 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
 def train_and_evaluate(args, task=None):
     """Build the Estimator from validated flags and run tf.estimator.train_and_evaluate.
 
+    An evaluator task runs evaluator.evaluate_until_final instead, which evaluates the
+    final checkpoint as soon as it is written; where this process ran the final
+    evaluation, it then evaluates that checkpoint once on the test set.
+
     Args:
       args: the validated flags.
       task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
@@ -301,7 +314,7 @@ def train_and_evaluate(args, task=None):
         args.num_gpus, args.num_cpu_towers, args.variable_strategy)
     data_format = args.data_format or ("channels_first" if args.num_gpus else "channels_last")
     hparams = job_hparams.HParams.from_flags(
-        args, data_format=data_format, num_workers=run_config.num_worker_replicas or 1,
+        args, data_format=data_format, num_workers=task.num_trainers if task else 1,
         num_train_examples=tfrecord_format.num_examples(
             "train", None if args.use_synthetic_data else args.data_dir))
     if run_config.is_chief:
@@ -315,8 +328,12 @@ def train_and_evaluate(args, task=None):
     train_spec = tf.estimator.TrainSpec(
         make_train_input_fn(args, layout.num_towers), max_steps=train_steps)
     eval_spec = make_eval_spec(args, layout.num_towers)
-    result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-    metrics = result[0] if result else None
+    if task and task.task_type == cluster.EVALUATOR:
+        from cifar10_estimator.distributed import evaluator
+        metrics = evaluator.evaluate_until_final(estimator, eval_spec, train_steps)
+    else:
+        result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+        metrics = result[0] if result else None
     if metrics is None and not task:
         # Training was already done, so train_and_evaluate skipped the final evaluation
         # too: the run that trained may have been killed before it evaluated.
@@ -347,15 +364,29 @@ def log_schedule(hparams, train_steps, steps_given):
                       for boundary, factor in zip(boundaries, factors[1:])
                       if boundary < train_steps)
     tf.compat.v1.logging.info(
-        "Training to step %d (%.1f epochs of %d examples at %d per step); learning rate %g, %s",
+        "Training to step %d (%.1f epochs of %d examples at %d per step); learning rate %s, %s",
         train_steps, train_steps / model_fn.steps_per_epoch(hparams), hparams.num_train_examples,
-        hparams.examples_per_global_step, hparams.learning_rate, drops or "never dropped")
+        hparams.examples_per_global_step, learning_rate_text(hparams), drops or "never dropped")
     if steps_given and train_steps <= boundaries[0]:
         tf.compat.v1.logging.warning(
             "--train-steps %d ends before the first learning-rate drop (after step %d, epoch "
             "%d): the rate stays %g for the whole run. To fit the drops into a shorter run, "
             "give --train-epochs E instead of --train-steps.", train_steps, boundaries[0],
-            model_fn.LEARNING_RATE_BOUNDARY_EPOCHS[0], hparams.learning_rate)
+            model_fn.LEARNING_RATE_BOUNDARY_EPOCHS[0], model_fn.effective_learning_rate(hparams))
+
+
+def learning_rate_text(hparams):
+    """The base learning rate for the log, with its arithmetic when it was scaled.
+
+    E.g. '0.1', or '0.2 (0.1 x 256/128, --learning-rate-scaling linear)'.
+    """
+    from cifar10_estimator import model_fn
+    rate = model_fn.effective_learning_rate(hparams)
+    if hparams.learning_rate_scaling == "none":
+        return "%g" % rate
+    return "%g (%g x %d/%d, --learning-rate-scaling %s)" % (
+        rate, hparams.learning_rate, hparams.examples_per_global_step,
+        job_hparams.LEARNING_RATE_REFERENCE_BATCH_SIZE, hparams.learning_rate_scaling)
 
 
 def make_eval_spec(args, num_towers):
@@ -370,7 +401,8 @@ def make_eval_spec(args, num_towers):
     from cifar10_estimator.serving import export
     subset = periodic_eval_subset(args)
     if subset == "validation":
-        name, exporters = "validation", [export.latest_exporter(), export.best_exporter("validation")]
+        name = "validation"
+        exporters = [export.latest_exporter(), export.best_exporter(name)]
     else:
         name, exporters = None, [export.latest_exporter()]
         tf.compat.v1.logging.info(
@@ -414,17 +446,13 @@ def evaluate_and_export_latest(estimator, eval_spec):
       The metrics (dict), or None where there is no checkpoint.
     """
     import tensorflow as tf
-    from cifar10_estimator.serving import export
+    from cifar10_estimator.distributed import evaluator
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:
         return None
     tf.compat.v1.logging.info("Evaluating %s, the final checkpoint", checkpoint)
-    metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps,
-                                 checkpoint_path=checkpoint, name=eval_spec.name)
-    for exporter in eval_spec.exporters:
-        exporter.export(estimator, os.path.join(estimator.model_dir, export.EXPORT_SUBDIR, exporter.name),
-                        checkpoint, metrics, is_the_final_export=True)
-    return metrics
+    return evaluator.evaluate_and_export(estimator, eval_spec, checkpoint,
+                                         is_the_final_export=True)
 
 
 def _exit_with_error(message):

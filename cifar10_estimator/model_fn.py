@@ -96,10 +96,24 @@ def learning_rate_drops(hparams):
     return [int(round(fraction * last_step)) for fraction in fractions], factors
 
 
+def effective_learning_rate(hparams):
+    """The base learning rate the schedule starts from, after hparams.learning_rate_scaling.
+
+    'none' keeps hparams.learning_rate (the original); 'linear' multiplies it by the
+    global batch, examples_per_global_step, over the 128 the rate is meant for
+    (job_hparams.LEARNING_RATE_REFERENCE_BATCH_SIZE): Goyal et al. 2017's linear
+    scaling rule, as official/resnet applies it.
+    """
+    if hparams.learning_rate_scaling == "linear":
+        return (hparams.learning_rate * hparams.examples_per_global_step
+                / job_hparams.LEARNING_RATE_REFERENCE_BATCH_SIZE)
+    return hparams.learning_rate
+
+
 def learning_rate_schedule(global_step, hparams):
     """The learning rate at global_step (int64 tensor), as a scalar float32 tensor."""
     boundaries, factors = learning_rate_drops(hparams)
-    values = [hparams.learning_rate * factor for factor in factors]
+    values = [effective_learning_rate(hparams) * factor for factor in factors]
     return tf.compat.v1.train.piecewise_constant(
         global_step, [np.int64(boundary) for boundary in boundaries], values)
 
@@ -307,7 +321,9 @@ def make_model_fn(layout, hparams):
                 {"learning_rate": learning_rate, "loss": loss},
                 every_n_iter=LOSS_LOG_EVERY_N_STEPS),
             cifar10_utils.ExamplesPerSecondHook(
-                hparams.train_batch_size, every_n_steps=EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS),
+                hparams.train_batch_size, every_n_steps=EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS,
+                examples_per_global_step=(
+                    hparams.examples_per_global_step if hparams.num_workers > 1 else None)),
         ]
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,

@@ -1,8 +1,9 @@
 """Fixtures shared by the test modules: archives, image folders, a local HTTP server, tiny
-TFRecords."""
+TFRecords, TensorFlow's log messages."""
 
 import functools
 import http.server
+import logging
 import os
 import shutil
 import sys
@@ -71,3 +72,23 @@ def tiny_data_dir(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("tiny_tfrecords")
     cifar_archives.make_tiny_tfrecords(str(data_dir))
     return data_dir
+
+
+@pytest.fixture
+def tensorflow_info_messages():
+    """The messages TensorFlow logs at INFO and above while the test runs."""
+    import tensorflow as tf
+    messages = []
+
+    class ListHandler(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    logger = tf.get_logger()
+    handler = ListHandler(logging.INFO)
+    previous_verbosity = tf.compat.v1.logging.get_verbosity()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
+    tf.compat.v1.logging.set_verbosity(previous_verbosity)

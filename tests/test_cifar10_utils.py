@@ -1,6 +1,5 @@
 """Training helpers: the examples/sec hook, local device setters, greedy load balancing."""
 
-import logging
 import re
 import time
 
@@ -11,25 +10,6 @@ import tensorflow as tf
 from cifar10_estimator import cifar10_utils
 
 LOG_LINE = re.compile(r"^Average examples/sec: (\S+) \((\S+)\), step = (\S+)$")
-
-
-@pytest.fixture
-def tensorflow_info_messages():
-    """The messages TensorFlow logs at INFO and above while the test runs."""
-    messages = []
-
-    class ListHandler(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    logger = tf.get_logger()
-    handler = ListHandler(logging.INFO)
-    previous_verbosity = tf.compat.v1.logging.get_verbosity()
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
-    logger.addHandler(handler)
-    yield messages
-    logger.removeHandler(handler)
-    tf.compat.v1.logging.set_verbosity(previous_verbosity)
 
 
 def train_with_hook(hook, num_steps, seconds_per_step, first_global_step=0):
@@ -71,8 +51,39 @@ def test_examples_per_second_hook_logs_plausible_rates(tensorflow_info_messages)
         assert 0 < current <= fastest_possible
         assert average >= slowest_possible * 0.9
     # The first trigger starts the clock; then every 5 steps the hook logs how
-    # many steps it has timed (not the global step), as the original did.
+    # many steps of its own it has timed (not the global step), as the original did.
     assert [steps for _, _, steps in rates] == [5, 10, 15, 20]
+    # Training on one machine: no cluster line.
+    assert not [message for message in tensorflow_info_messages if "Cluster" in message]
+
+
+@pytest.mark.parametrize("global_steps_per_step, examples_per_global_step", [
+    (3, 32),  # without --sync each worker's batch is a global step of its own
+    (1, 96),  # with --sync a global step aggregates one batch of each of the 3 workers
+], ids=["async", "sync"])
+def test_examples_per_second_hook_logs_this_workers_rate_and_the_clusters(
+        monkeypatch, tensorflow_info_messages, global_steps_per_step, examples_per_global_step):
+    # A worker of batch 32 among 3 equally fast workers, on a fake clock: 6 steps of
+    # 0.5 s, then 5 of 0.25 s. Its own rate is 64 then 128 examples/sec, the cluster's
+    # three times that.
+    clock = [0.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    hook = cifar10_utils.ExamplesPerSecondHook(
+        32, every_n_steps=5, examples_per_global_step=examples_per_global_step)
+    global_step = 1000
+    with tf.Graph().as_default():
+        tf.compat.v1.train.create_global_step()
+        hook.begin()
+        for seconds in [0.5] * 6 + [0.25] * 5:
+            clock[0] += seconds
+            global_step += global_steps_per_step
+            hook.after_run(None, tf.compat.v1.train.SessionRunValues(global_step, None, None))
+    assert [message for message in tensorflow_info_messages if "examples/sec" in message] == [
+        "Average examples/sec: 64 (64), step = 5",
+        "Cluster examples/sec: 192 (192), global step = %d" % (1000 + 6 * global_steps_per_step),
+        "Average examples/sec: 85.3333 (128), step = 10",
+        "Cluster examples/sec: 256 (384), global step = %d" % (1000 + 11 * global_steps_per_step),
+    ]
 
 
 def test_examples_per_second_hook_can_log_every_n_seconds(tensorflow_info_messages):

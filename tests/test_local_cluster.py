@@ -144,10 +144,18 @@ def test_an_evaluator_past_its_grace_period_is_stopped_and_reported():
     assert "[launcher] stopping evaluator" in output.getvalue()
 
 
+def test_the_evaluator_grace_is_for_the_final_evaluation_not_for_eval_every_secs():
+    # The evaluator takes up the final checkpoint within seconds, whatever
+    # --eval-every-secs; the grace covers an evaluation under way and the final ones.
+    launcher_flags = local_cluster.build_parser().parse_args([])
+    assert launcher_flags.evaluator_grace_secs == local_cluster.EVALUATOR_GRACE_SECS == 600
+
+
 def test_bad_trainer_flags_fail_before_any_task_starts(tmp_path):
     result = run_module(LAUNCHER, ["--num-workers", "1", "--", "--job-dir", tmp_path,
                                    "--num-gpus", "0", "--train-steps", "0"])
-    assert_one_line_error(result, 2, "trainer flags (after --)", "--train-steps", "expected a positive integer")
+    assert_one_line_error(result, 2, "trainer flags (after --)", "--train-steps",
+                          "expected a positive integer")
     assert "[launcher] started" not in result.stdout
 
 

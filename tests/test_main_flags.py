@@ -32,7 +32,7 @@ def test_help_lists_every_flag_of_the_original_and_the_new_ones():
                  "--num-intra-threads", "--num-inter-threads", "--data-format",
                  "--log-device-placement", "--batch-norm-decay", "--batch-norm-epsilon",
                  "--num-cpu-towers", "--use-synthetic-data", "--save-checkpoints-steps",
-                 "--eval-every-secs"):
+                 "--eval-every-secs", "--learning-rate-scaling"):
         assert flag in result.stdout, flag
 
 
@@ -43,9 +43,10 @@ def test_defaults_are_the_original_tutorials():
             args.eval_batch_size, args.momentum, args.weight_decay, args.learning_rate,
             args.batch_norm_decay, args.batch_norm_epsilon, args.variable_strategy,
             args.use_distortion_for_training, args.sync, args.data_format,
-            args.num_intra_threads, args.num_inter_threads, args.log_device_placement) == (
+            args.num_intra_threads, args.num_inter_threads, args.log_device_placement,
+            args.learning_rate_scaling) == (
         1, 44, 80000, 128, 100, 0.9, 2e-4, 0.1, 0.997, 1e-5, "CPU", True, False, None,
-        0, 0, False)
+        0, 0, False, "none")
 
 
 @pytest.mark.parametrize("text, expected", [("false", False), ("False", False), ("0", False),
@@ -73,7 +74,8 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--num-cpu-towers", "3"], ["--train-batch-size 8", "divisible", "3"]),
     (["--num-cpu-towers", "4", "--eval-batch-size", "6"], ["--eval-batch-size 6", "divisible"]),
     (["--eval-batch-size", "5"], ["--eval-batch-size 5", "16 validation examples"]),
-    (["--eval-batch-size", "5", "--eval-subset", "eval"], ["--eval-batch-size 5", "32 eval examples"]),
+    (["--eval-batch-size", "5", "--eval-subset", "eval"],
+     ["--eval-batch-size 5", "32 eval examples"]),
     (["--train-steps", "0"], ["--train-steps", "positive"]),
     (["--num-cpu-towers", "0"], ["--num-cpu-towers", "positive"]),
     (["--use-distortion-for-training", "maybe"], ["maybe"]),
@@ -177,3 +179,20 @@ def test_the_last_step_comes_from_steps_epochs_or_the_default(flags, expected_st
     args = trainer.build_parser().parse_args(["--job-dir", "j"] + flags)
     hparams = trainer.job_hparams.HParams.from_flags(args)
     assert trainer.train_steps_of(args, hparams) == expected_steps
+
+
+@pytest.mark.parametrize("flags, workers, rate, described_as", [
+    ([], 2, "0.1", "learning rate 0.1, never dropped"),
+    (["--learning-rate-scaling", "linear"], 2, "0.2",
+     "learning rate 0.2 (0.1 x 256/128, --learning-rate-scaling linear), never dropped"),
+    (["--learning-rate-scaling", "linear", "--learning-rate", "0.05"], 4, "0.2",
+     "learning rate 0.2 (0.05 x 512/128, --learning-rate-scaling linear), never dropped"),
+])
+def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_messages, flags,
+                                                              workers, rate, described_as):
+    args = trainer.build_parser().parse_args(["--job-dir", "j", "--sync"] + flags)
+    hparams = trainer.job_hparams.HParams.from_flags(args, num_workers=workers)
+    trainer.log_schedule(hparams, train_steps=1000, steps_given=True)
+    plan, warning = tensorflow_info_messages
+    assert plan.endswith(described_as), plan
+    assert "the rate stays %s for the whole run" % rate in warning

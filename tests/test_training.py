@@ -178,13 +178,16 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
     assert killed_at < 400, "training finished before it could be killed"
 
     result = run_module(MODULE, args)
+    exited_at = time.time()
     assert result.returncode == 0, result.stderr[-5000:]
     restored = re.search(r"Restoring parameters from \S+model\.ckpt-(\d+)", result.stderr)
     assert restored and int(restored.group(1)) >= killed_at
     first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", result.stderr).group(1))
     assert first_step >= killed_at
     assert checkpoint_steps(job_dir)[-1] == 400
+    # The final checkpoint is evaluated as training ends, --eval-every-secs 3600 or not.
     assert 400 in eval_metrics(job_dir)
+    assert exited_at - os.path.getmtime(str(job_dir / "model.ckpt-400.index")) < 60
 
 
 def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(tiny_data_dir, tmp_path):

@@ -1,1 +1,1 @@
-"""TF_CONFIG clusters: the task this process runs, ps watchdog, and a local launcher."""
+"""TF_CONFIG clusters: the task this process runs, ps watchdog, evaluator loop, local launcher."""

@@ -55,6 +55,15 @@ class ClusterTask:
     def ps_addresses(self):
         return tuple(self.cluster.get(PS, ()))
 
+    @property
+    def num_trainers(self):
+        """Tasks that compute gradients: the chief (or master) and the workers.
+
+        The same for every task, the evaluator included, whose RunConfig counts none:
+        it needs the trainers' count to know their last step under --train-epochs.
+        """
+        return sum(len(self.cluster.get(job, ())) for job in TRAINER_JOBS)
+
 
 def task_from_tf_config(text):
     """The task that TF_CONFIG (a JSON string) names; None to train locally.

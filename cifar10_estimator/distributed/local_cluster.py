@@ -30,8 +30,9 @@ HOST = "127.0.0.1"
 TRAINER_MODULE = "cifar10_estimator.main"
 POLL_SECS = 0.2
 STOP_GRACE_SECS = 10
-# Beyond the trainer's --eval-every-secs: the final evaluation and export themselves.
-EVALUATION_MARGIN_SECS = 600
+# The evaluator takes up the final checkpoint within seconds of its writing, once any
+# evaluation under way ended; then come its evaluation, exports and the test evaluation.
+EVALUATOR_GRACE_SECS = 600
 _PR_SET_PDEATHSIG = 1
 
 
@@ -186,7 +187,7 @@ class LocalCluster:
         self._processes.append(process)
         self.log("started %s (pid %d)" % (task.name, process.pid))
 
-    def run(self, timeout_secs=None, evaluator_grace_secs=600):
+    def run(self, timeout_secs=None, evaluator_grace_secs=EVALUATOR_GRACE_SECS):
         """Wait for the chief and the workers, then the evaluator; stop every task.
 
         Args:
@@ -268,12 +269,13 @@ def build_parser():
     parser.add_argument("--timeout-secs", type=non_negative_float, default=0, metavar="S",
                         help="Stop everything and fail if the cluster runs longer than S "
                              "seconds (default 0: no limit).")
-    parser.add_argument("--evaluator-grace-secs", type=positive_float, default=None, metavar="S",
+    parser.add_argument("--evaluator-grace-secs", type=positive_float,
+                        default=EVALUATOR_GRACE_SECS, metavar="S",
                         help="Once training ended, how long the evaluator may take to evaluate "
-                             "the final checkpoint before it is stopped (default: the "
-                             "trainer's --eval-every-secs + %d, as the evaluator may sleep that "
-                             "long between looks for a new checkpoint)."
-                             % EVALUATION_MARGIN_SECS)
+                             "the final checkpoint (on the validation and the test set) and "
+                             "export it before it is stopped (default %d). It starts on that "
+                             "checkpoint within seconds, whatever --eval-every-secs says, once "
+                             "an evaluation under way ended." % EVALUATOR_GRACE_SECS)
     return parser
 
 
@@ -288,27 +290,20 @@ def split_argv(argv):
 def validate_trainer_flags(trainer_args):
     """Check the trainer flags once here rather than fail in every task.
 
-    Returns:
-      The parsed trainer flags.
-
     Raises:
       UsageError: naming the flag at fault.
     """
     from cifar10_estimator import main as trainer
     try:
-        parsed = trainer.build_parser().parse_args(trainer_args)
-        trainer.validate_flags(parsed)
+        trainer.validate_flags(trainer.build_parser().parse_args(trainer_args))
     except UsageError as error:
         raise UsageError("trainer flags (after --): %s" % error)
-    return parsed
 
 
 def main(argv):
     launcher_argv, trainer_args = split_argv(argv)
     args = build_parser().parse_args(launcher_argv)
-    trainer_flags = validate_trainer_flags(trainer_args)
-    evaluator_grace_secs = args.evaluator_grace_secs or (
-        trainer_flags.eval_every_secs + EVALUATION_MARGIN_SECS)
+    validate_trainer_flags(trainer_args)
     # A plain `kill` of the launcher stops the tasks too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
@@ -324,7 +319,7 @@ def main(argv):
     except BaseException:
         local_cluster.stop()
         raise
-    local_cluster.run(args.timeout_secs or None, evaluator_grace_secs)
+    local_cluster.run(args.timeout_secs or None, args.evaluator_grace_secs)
     local_cluster.log("done")
 
 
