@@ -94,7 +94,8 @@ def test_unreadable_images_are_reported_and_the_others_still_answered(
     assert "Traceback" not in result.stderr
     assert [path for path, _, _ in parse_lines(result.stdout)] == [
         str(image_files[0]), str(image_files[1])]
-    errors = [line for line in result.stderr.splitlines() if line.startswith(MODULE + ": error:")]
+    errors = [line for line in result.stderr.splitlines()
+              if line.startswith("python -m %s: error:" % MODULE)]
     assert len(errors) == 2, result.stderr[-3000:]
     assert str(not_an_image) in errors[0] and "cannot decode" in errors[0]
     assert str(missing) in errors[1] and "no such file" in errors[1]
