@@ -27,6 +27,8 @@ PROPORTIONAL_SCHEDULES = {
 # to the global batch; the reference is the batch the tutorial's and the paper's 0.1 is for.
 LEARNING_RATE_SCALINGS = ("none", "linear")
 LEARNING_RATE_REFERENCE_BATCH_SIZE = 128
+# --precision: what the towers compute in while training (see precision.py).
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +57,8 @@ class HParams:
     learning_rate_drops: str = "paper"
     # One of LEARNING_RATE_SCALINGS, applied by model_fn.effective_learning_rate.
     learning_rate_scaling: str = "none"
+    # One of PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
+    precision: str = "fp32"
 
     @property
     def examples_per_global_step(self):

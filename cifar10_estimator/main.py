@@ -53,6 +53,14 @@ def build_parser():
     devices.add_argument("--data-format", choices=["channels_first", "channels_last"],
                          default=None, help="Layout inside the model; default channels_first "
                                             "on GPUs, channels_last on the CPU.")
+    devices.add_argument("--precision", choices=job_hparams.PRECISIONS,
+                         default=job_hparams.DEFAULTS.precision,
+                         help="What training computes in. fp32: float32 throughout (the "
+                              "original). bf16: mixed bfloat16, for CPUs with bfloat16 "
+                              "instructions (avx512_bf16, amx_bf16) and GPUs from Ampere on. "
+                              "fp16: mixed float16 with dynamic loss scaling, for GPUs. "
+                              "Variables stay float32; evaluation and exports compute in "
+                              "float32.")
     devices.add_argument("--num-intra-threads", type=non_negative_int, default=0,
                          help="Threads inside one op; 0 lets TensorFlow choose.")
     devices.add_argument("--num-inter-threads", type=non_negative_int, default=0,
@@ -157,10 +165,12 @@ def validate_flags(args, task=None):
         raise UsageError("--variable-strategy GPU needs GPUs; with --num-gpus 0 use "
                          "--variable-strategy CPU")
     if (args.num_gpus == 0 and args.data_format == "channels_first"
-            and not _cpu_kernels_take_channels_first()):
+            and not _onednn_enabled()):
         raise UsageError("--data-format channels_first on the CPU needs TensorFlow's oneDNN "
                          "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
                          "channels_last (TensorFlow's other CPU kernels are channels_last only)")
+    if builds_towers:
+        _check_precision_supported(args.precision, args.num_gpus)
     num_towers = args.num_gpus or args.num_cpu_towers
     for flag in ("train-batch-size", "eval-batch-size"):
         batch_size = getattr(args, flag.replace("-", "_"))
@@ -210,15 +220,36 @@ def _quiet_tensorflow_logs():
     quiet_tensorflow_logs("1", "INFO")
 
 
-def _cpu_kernels_take_channels_first():
+def _onednn_enabled():
     """Whether TensorFlow runs its oneDNN CPU kernels, the only ones with NCHW convolution
-    and pooling. It does by default on some CPUs; TF_ENABLE_ONEDNN_OPTS=1/0 decides."""
+    and pooling and with fast bfloat16. It does by default on some CPUs;
+    TF_ENABLE_ONEDNN_OPTS=1/0 decides."""
     _quiet_tensorflow_logs()
     try:
         from tensorflow.python.util import _pywrap_util_port
         return bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):  # a private API: fall back to the user's setting
         return os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1"
+
+
+def _check_precision_supported(precision_name, num_gpus):
+    if precision_name == "fp32":
+        return
+    from cifar10_estimator import precision
+    cpu_info = precision.read_cpuinfo()
+    cpu_flags = set(cpu_info[0].get("flags", "").split()) if cpu_info else set()
+    reason = precision.unsupported_reason(
+        precision_name, num_gpus, cpu_flags, _onednn_enabled(),
+        _gpu_compute_capabilities(num_gpus))
+    if reason:
+        raise UsageError(reason)
+
+
+def _gpu_compute_capabilities(num_gpus):
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")[:num_gpus]
+    return [tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
+            for gpu in gpus]
 
 
 def _check_gpus_present(num_gpus):

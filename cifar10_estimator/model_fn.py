@@ -14,6 +14,7 @@ import tensorflow as tf
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import precision
 from cifar10_estimator import tfrecord_format
 
 # The tutorial's learning-rate schedule, in epochs: the ResNet paper's drops for its
@@ -145,13 +146,19 @@ def average_gradients(tower_gradvars):
 
 
 def _resnet_logits(images, is_training, hparams):
+    """float32 logits; the network computes in hparams.precision's type while training."""
     model = cifar10_model.ResNetCifar10(
         hparams.num_layers,
         is_training=is_training,
         batch_norm_decay=hparams.batch_norm_decay,
         batch_norm_epsilon=hparams.batch_norm_epsilon,
         data_format=hparams.data_format)
-    return model.forward_pass(images, input_data_format="channels_last")
+    dtype = precision.compute_dtype(hparams.precision, is_training)
+    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
+                                     custom_getter=precision.float32_variables,
+                                     auxiliary_name_scope=False):
+        logits = model.forward_pass(tf.cast(images, dtype), input_data_format="channels_last")
+    return tf.cast(logits, tf.float32)
 
 
 def make_resnet_tower_fn(hparams):
@@ -170,7 +177,7 @@ def make_resnet_tower_fn(hparams):
     return tower_fn
 
 
-def build_towers(image_shards, label_shards, layout, tower_fn, is_training):
+def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss_scale=None):
     """Build one tower per shard on the devices of `layout`, sharing variables.
 
     Args:
@@ -180,6 +187,8 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training):
         its variables with tf.compat.v1.get_variable (or layers), so towers after
         the first reuse them.
       is_training: build for training (gradients, batch-norm updates).
+      loss_scale: with fp16, the scalar every tower multiplies its loss by before
+        differentiating (see precision.LossScaleOptimizer); None differentiates the loss.
 
     Returns:
       (tower_losses, tower_gradvars, tower_logits, update_ops): tower_gradvars holds
@@ -197,7 +206,8 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training):
                     tower_logits.append(logits)
                     if is_training:
                         variables = tf.compat.v1.trainable_variables()
-                        gradients = tf.gradients(loss, variables)
+                        scaled_loss = loss if loss_scale is None else loss * loss_scale
+                        gradients = tf.gradients(scaled_loss, variables)
                         tower_gradvars.append(list(zip(gradients, variables)))
                     if index == 0:
                         # Every tower shares the moving mean/variance variables. Running
@@ -210,13 +220,16 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training):
     return tower_losses, tower_gradvars, tower_logits, update_ops
 
 
-def _make_optimizer(learning_rate, hparams, is_chief):
-    """The momentum optimizer, wrapped for synchronous replicas with --sync.
+def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
+    """The momentum optimizer, unscaling fp16 gradients with `loss_scale` (a
+    precision.DynamicLossScale, or None), wrapped for synchronous replicas with --sync.
 
     Returns:
       (optimizer, hooks) where hooks must run on every worker.
     """
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum)
+    if loss_scale is not None:
+        optimizer = precision.LossScaleOptimizer(optimizer, loss_scale)
     if not hparams.sync:
         return optimizer, []
     optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
@@ -288,8 +301,13 @@ def make_model_fn(layout, hparams):
         if mode == tf.estimator.ModeKeys.PREDICT:
             return _predict_spec(features, hparams)
         is_training = mode == tf.estimator.ModeKeys.TRAIN
+        loss_scale = None
+        if is_training and hparams.precision == "fp16":
+            with tf.device(layout.consolidation_device):
+                loss_scale = precision.DynamicLossScale()
         tower_losses, tower_gradvars, tower_logits, update_ops = build_towers(
-            features, labels, layout, make_resnet_tower_fn(hparams), is_training)
+            features, labels, layout, make_resnet_tower_fn(hparams), is_training,
+            loss_scale.scale if loss_scale else None)
 
         with tf.device(layout.consolidation_device):
             loss = tf.reduce_mean(tower_losses, name="loss")
@@ -304,7 +322,7 @@ def make_model_fn(layout, hparams):
             global_step = tf.compat.v1.train.get_or_create_global_step()
             learning_rate = learning_rate_schedule(global_step, hparams)
             optimizer, optimizer_hooks = _make_optimizer(
-                learning_rate, hparams, config.is_chief if config else True)
+                learning_rate, hparams, config.is_chief if config else True, loss_scale)
             apply_op = optimizer.apply_gradients(
                 average_gradients(tower_gradvars), global_step=global_step)
             train_op = tf.group(apply_op, *update_ops)
@@ -315,11 +333,15 @@ def make_model_fn(layout, hparams):
             tf.compat.v1.summary.scalar("train_accuracy", batch_accuracy)
             tf.compat.v1.summary.image(
                 "images", tf.cast(features[0], tf.uint8), max_outputs=NUM_SUMMARY_IMAGES)
+            logged = {"learning_rate": learning_rate, "loss": loss}
+            scaffold = None
+            if loss_scale:
+                tf.compat.v1.summary.scalar("loss_scale", loss_scale.scale)
+                logged["loss_scale"] = loss_scale.scale
+                scaffold = tf.compat.v1.train.Scaffold(saver=_checkpoint_saver(config, loss_scale))
 
         hooks = optimizer_hooks + [
-            tf.compat.v1.train.LoggingTensorHook(
-                {"learning_rate": learning_rate, "loss": loss},
-                every_n_iter=LOSS_LOG_EVERY_N_STEPS),
+            tf.compat.v1.train.LoggingTensorHook(logged, every_n_iter=LOSS_LOG_EVERY_N_STEPS),
             cifar10_utils.ExamplesPerSecondHook(
                 hparams.train_batch_size, every_n_steps=EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS,
                 examples_per_global_step=(
@@ -327,6 +349,15 @@ def make_model_fn(layout, hparams):
         ]
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
-            training_hooks=hooks, eval_metric_ops=metrics)
+            training_hooks=hooks, eval_metric_ops=metrics, scaffold=scaffold)
 
     return model_fn
+
+
+def _checkpoint_saver(config, loss_scale):
+    """The Saver tf.estimator would make, resuming checkpoints without fp16's loss scale."""
+    return precision.LossScaleTolerantSaver(
+        loss_scale.variables, sharded=True,
+        max_to_keep=config.keep_checkpoint_max if config else 5,
+        keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours if config else 10000,
+        defer_build=True, save_relative_paths=True)
