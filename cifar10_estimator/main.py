@@ -152,7 +152,7 @@ def validate_flags(args, task=None):
     """
     builds_towers = task is None or task.task_type != cluster.PS
     _quiet_tensorflow_logs()
-    from cifar10_estimator import cifar10_model
+    from cifar10_estimator import cifar10_model, precision
     try:
         cifar10_model.num_units_per_stage(args.num_layers)
     except ValueError as error:
@@ -165,7 +165,7 @@ def validate_flags(args, task=None):
         raise UsageError("--variable-strategy GPU needs GPUs; with --num-gpus 0 use "
                          "--variable-strategy CPU")
     if (args.num_gpus == 0 and args.data_format == "channels_first"
-            and not _onednn_enabled()):
+            and not precision.onednn_enabled()):
         raise UsageError("--data-format channels_first on the CPU needs TensorFlow's oneDNN "
                          "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
                          "channels_last (TensorFlow's other CPU kernels are channels_last only)")
@@ -220,26 +220,10 @@ def _quiet_tensorflow_logs():
     quiet_tensorflow_logs("1", "INFO")
 
 
-def _onednn_enabled():
-    """Whether TensorFlow runs its oneDNN CPU kernels, the only ones with NCHW convolution
-    and pooling and with fast bfloat16. It does by default on some CPUs;
-    TF_ENABLE_ONEDNN_OPTS=1/0 decides."""
-    _quiet_tensorflow_logs()
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):  # a private API: fall back to the user's setting
-        return os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1"
-
-
 def _check_precision_supported(precision_name, num_gpus):
-    if precision_name == "fp32":
-        return
     from cifar10_estimator import precision
-    cpu_info = precision.read_cpuinfo()
-    cpu_flags = set(cpu_info[0].get("flags", "").split()) if cpu_info else set()
     reason = precision.unsupported_reason(
-        precision_name, num_gpus, cpu_flags, _onednn_enabled(),
+        precision_name, num_gpus, precision.cpu_flags(), precision.onednn_enabled(),
         _gpu_compute_capabilities(num_gpus))
     if reason:
         raise UsageError(reason)

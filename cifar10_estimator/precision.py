@@ -12,6 +12,8 @@ by a dynamic loss scale and LossScaleOptimizer unscales the averaged gradients. 
 has float32's exponent range and needs no scaling.
 """
 
+import os
+
 import tensorflow as tf
 
 # Keyed by hparams.PRECISIONS.
@@ -64,6 +66,23 @@ def read_cpuinfo(path=CPUINFO_PATH):
     if current:
         processors.append(current)
     return processors
+
+
+def cpu_flags(path=CPUINFO_PATH):
+    """The first CPU's /proc/cpuinfo flags, as a set (empty where there is no cpuinfo)."""
+    processors = read_cpuinfo(path)
+    return set(processors[0].get("flags", "").split()) if processors else set()
+
+
+def onednn_enabled():
+    """Whether TensorFlow runs its oneDNN CPU kernels, the only ones with NCHW convolution
+    and pooling and with fast bfloat16. It does by default on some CPUs;
+    TF_ENABLE_ONEDNN_OPTS=1/0 decides."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # a private API: fall back to the user's setting
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1"
 
 
 def unsupported_reason(precision, num_gpus, cpu_flags, onednn_enabled,

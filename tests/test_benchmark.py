@@ -19,11 +19,17 @@ SECTIONS = ("machine", "conversion", "input_pipeline", "flops", "training", "com
 COMPARISON_KEYS = {"input_pipeline_vs_original", "real_data_vs_synthetic",
                    "estimator_vs_keras", "estimator_vs_keras_tf_defaults", "two_towers_vs_one",
                    "conversion_vs_original", "pooling_allocator_vs_default"}
+BF16_COMPARISON_KEYS = {"bf16_vs_fp32", "estimator_vs_keras_bf16"}
 UNTARGETED_KEYS = {"input_pipeline_vs_original", "estimator_vs_keras_tf_defaults",
                    "pooling_allocator_vs_default"}
 RUN_NAMES = {"estimator_tfrecords", "estimator_synthetic", "keras_fit",
              "keras_fit_pooling_allocator", "estimator_synthetic_2_towers",
              "estimator_tfrecords_default_allocator"}
+BF16_RUN_NAMES = {"estimator_tfrecords_bf16", "keras_fit_bf16_pooling_allocator"}
+
+
+def measures_bf16(results):
+    return results["precisions"]["bf16"] == "measured"
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,8 @@ def test_json_has_every_section_and_the_command(smoke_report):
 def test_every_run_is_measured_with_throughput_and_memory(smoke_report):
     _, results, _ = smoke_report
     runs = results["training"]["runs"]
-    assert {run["name"] for run in runs} == RUN_NAMES
+    assert {run["name"] for run in runs} == RUN_NAMES | (
+        BF16_RUN_NAMES if measures_bf16(results) else set())
     turns_per_round = results["training"]["timed_steps"] // results["training"]["steps_per_turn"]
     for run in runs:
         assert run["median_examples_per_sec"] > 0
@@ -63,7 +70,8 @@ def test_keras_copy_has_our_parameter_count(smoke_report):
     _, results, _ = smoke_report
     keras_rows = [row for row in results["comparisons"]
                   if row["key"].startswith("estimator_vs_keras")]
-    assert len(keras_rows) == 2 and all(row["same_parameter_count"] for row in keras_rows)
+    assert len(keras_rows) == (3 if measures_bf16(results) else 2)
+    assert all(row["same_parameter_count"] for row in keras_rows)
 
 
 def test_flops_are_counted_from_the_graph(smoke_report):
@@ -83,7 +91,8 @@ def test_conversion_writes_the_same_examples_both_ways(smoke_report):
 def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
     _, results, markdown = smoke_report
     rows = {row["key"]: row for row in results["comparisons"]}
-    assert set(rows) == COMPARISON_KEYS
+    assert set(rows) == COMPARISON_KEYS | (
+        BF16_COMPARISON_KEYS if measures_bf16(results) else set())
     for key, row in rows.items():
         assert row["ratio_q25"] <= row["ratio"] <= row["ratio_q75"]
         assert (row["met"] is None) == (key in UNTARGETED_KEYS)
@@ -91,6 +100,23 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
                     "## TFRecord conversion", "## Model FLOPs"):
         assert heading in markdown
     assert results["command"] in markdown
+
+
+def test_the_report_names_the_cpu_and_both_peaks_and_prints_the_targets(smoke_report):
+    result, results, markdown = smoke_report
+    machine = results["machine"]
+    assert "cpu family %s" % machine["cpu_family"] in markdown
+    assert "- bf16 peak:" in markdown and "- FP32 peak:" in markdown
+    assert "Targets, measured on" in result.stdout and "cpu family" in result.stdout
+    assert "fp16" in results["precisions"]
+    if measures_bf16(results):
+        assert "% of bf16" in markdown and "% of FP32" in markdown
+
+
+def test_num_layers_picks_the_depths_and_rejects_others():
+    result = run_module("cifar10_estimator.benchmarks", ["--smoke", "--num-layers", "21"])
+    assert result.returncode == 2
+    assert "6n+2" in result.stderr
 
 
 def test_modes_are_exclusive():

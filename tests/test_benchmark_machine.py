@@ -1,4 +1,4 @@
-"""How the benchmark derives a CPU's FP32 peak from /proc/cpuinfo."""
+"""How the benchmark derives a CPU's FP32 and bf16 peaks from /proc/cpuinfo."""
 
 import os
 import queue
@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from cifar10_estimator import precision
 from cifar10_estimator.benchmarks import machine
 from cifar10_estimator.benchmarks import training
 
@@ -30,11 +31,32 @@ def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, exp
     assert flops == expected, isa
 
 
+@pytest.mark.parametrize("flags, fp32_flops, expected", [
+    (AVX512 | {"avx512_bf16"}, 32, 64),   # Zen 4: dot products on the same half-width pipes
+    (AVX512 | {"avx512_bf16"}, 64, 128),  # Zen 5
+    (AVX512 | {"avx512_bf16", "amx_bf16"}, 64, 1024),
+    (AVX512, 64, None),
+])
+def test_bf16_flops_per_cycle_double_fp32_with_avx512_bf16(flags, fp32_flops, expected):
+    flops, instructions = machine.bf16_flops_per_cycle(flags, fp32_flops)
+    assert flops == expected, instructions
+
+
+def test_the_machine_names_its_cpu_family_and_both_peaks():
+    described = machine.describe_machine()
+    assert described["cpu_family"] != "unknown"
+    assert described["cpu_family"] in machine.cpu_identity(described)
+    if described["bf16_peak_gflops"]:
+        assert described["bf16_peak_gflops"] == pytest.approx(
+            described["fp32_peak_gflops"] * described["bf16_flops_per_cycle_per_core"]
+            / described["fp32_flops_per_cycle_per_core"])
+
+
 def test_cpuinfo_is_read_per_processor(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\n"
                        "processor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
-    processors = machine._read_cpuinfo(str(cpuinfo))
+    processors = precision.read_cpuinfo(str(cpuinfo))
     assert [cpu["processor"] for cpu in processors] == ["0", "1"]
     assert processors[0]["cpu family"] == "25"
 

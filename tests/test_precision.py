@@ -17,9 +17,8 @@ TINY_FLAGS = ["--num-gpus", "0", "--num-layers", "8", "--train-batch-size", "8",
 
 
 def this_cpu_trains_bf16():
-    from tensorflow.python.util import _pywrap_util_port
-    flags = set(precision.read_cpuinfo()[0].get("flags", "").split())
-    return precision.unsupported_reason("bf16", 0, flags, _pywrap_util_port.IsMklEnabled()) is None
+    return precision.unsupported_reason(
+        "bf16", 0, precision.cpu_flags(), precision.onednn_enabled()) is None
 
 
 needs_bf16_cpu = pytest.mark.skipif(not this_cpu_trains_bf16(),

@@ -14,7 +14,9 @@ so eager Keras never shares a process with the graph-mode Estimator:
 
 Every 10 steps it prints the trainer's ExamplesPerSecondHook line, so both are timed
 by the same parser (benchmark_training); at the end one line `BENCHMARK_RESULT {json}`
-with the trainable parameter count.
+with the trainable parameter count. `--precision bf16` trains under Keras's
+`mixed_bfloat16` policy (float32 variables, bfloat16 computation), the counterpart of
+the trainer's --precision bf16.
 """
 
 import argparse
@@ -26,6 +28,8 @@ import time
 from cifar10_estimator.hparams import DEFAULTS, HParams
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
+# The trainer's --precision values Keras has a policy for.
+KERAS_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 
 
 def keras_resnet(num_layers, batch_norm_decay=DEFAULTS.batch_norm_decay,
@@ -77,6 +81,8 @@ def keras_resnet(num_layers, batch_norm_decay=DEFAULTS.batch_norm_decay,
             in_filter = out_filter
     x = layers.GlobalAveragePooling2D()(x)
     logits = layers.Dense(cifar10_model.ORIGINAL_NUM_CLASSES)(x)
+    # float32 logits under a mixed policy, as the trainer's towers return them.
+    logits = layers.Activation("linear", dtype="float32")(logits)
     return tf.keras.Model(images, logits, name="resnet%d" % num_layers)
 
 
@@ -141,8 +147,10 @@ def _throughput_logger(batch_size, every_n_steps):
 
 def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_steps=10,
                    weight_decay=DEFAULTS.weight_decay, momentum=DEFAULTS.momentum,
-                   learning_rate=DEFAULTS.learning_rate):
+                   learning_rate=DEFAULTS.learning_rate, precision="fp32"):
     """Train num_steps batches with model.fit, logging throughput like the trainer's hook.
+
+    precision: a key of KERAS_POLICIES, the Keras dtype policy the model is built under.
 
     Returns:
       dict with trainable_parameters, input and tensorflow_version.
@@ -153,6 +161,7 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
     from cifar10_estimator import cifar10
 
     data_set = cifar10.Cifar10DataSet(data_dir, "train", use_distortion=True)
+    tf.keras.mixed_precision.set_global_policy(KERAS_POLICIES[precision])
     model = keras_resnet(num_layers)
     compile_like_the_estimator(model, weight_decay, momentum, learning_rate, batch_size,
                                data_set.num_examples_per_epoch())
@@ -162,6 +171,7 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
         "trainable_parameters": int(sum(np.prod(weight.shape)
                                         for weight in model.trainable_weights)),
         "input": "Cifar10DataSet tf.data from the TFRecords",
+        "keras_policy": KERAS_POLICIES[precision],
         "tensorflow_version": tf.__version__,
     }
 
@@ -173,12 +183,14 @@ def build_parser():
     parser.add_argument("--num-layers", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=130)
+    parser.add_argument("--precision", choices=sorted(KERAS_POLICIES), default="fp32")
     return parser
 
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    result = train_with_fit(args.data_dir, args.num_layers, args.batch_size, args.steps)
+    result = train_with_fit(args.data_dir, args.num_layers, args.batch_size, args.steps,
+                            precision=args.precision)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 

@@ -1,4 +1,4 @@
-"""The machine a benchmark runs on: CPU model, cores, clock, and its FP32 peak in FLOP/s.
+"""The machine a benchmark runs on: CPU model, cores, clock, and its FP32 and bf16 peaks.
 
 The peak is derived, not measured: cores x clock x FP32 FLOPs per cycle per core, where
 FLOPs per cycle follow from the widest vector ISA in /proc/cpuinfo's flags and assume
@@ -9,6 +9,9 @@ two vector FMA pipes per core (true of Intel since Haswell and AMD since Zen 2):
   sse2              4-lane add + 4-lane multiply            =  8
 except on AMD Zen 4 (cpu family 25 with avx512f), which runs each 512-bit instruction
 as two halves on its two 256-bit FMA pipes: 32, as with AVX2.
+The bf16 peak: AVX512_BF16's dot product (vdpbf16ps) does two bfloat16 multiply-adds per
+32-bit lane where an FMA does one float32, on the same pipes: twice the FP32 peak. AMX
+(amx_bf16) multiplies tiles: 1024 bf16 FLOPs per cycle per core (Intel's figure).
 The clock is cpufreq's maximum where the kernel exposes it, else the `cpu MHz` that
 /proc/cpuinfo reports (on a VM, the host's nominal clock).
 """
@@ -19,7 +22,8 @@ import platform
 import resource
 import time
 
-CPUINFO_PATH = "/proc/cpuinfo"
+from cifar10_estimator import precision
+
 CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
 
 # Environment variables that change TensorFlow's CPU speed, recorded with the results.
@@ -34,26 +38,7 @@ _ISA_FLOPS_PER_CYCLE = (
 )
 # (vendor_id, cpu family) of AMD Zen 3 and Zen 4; only Zen 4 has AVX-512, half-width.
 _ZEN4 = ("AuthenticAMD", "25")
-
-
-def _read_cpuinfo(path=CPUINFO_PATH):
-    """List of dicts, one per logical CPU, of /proc/cpuinfo's `key : value` lines."""
-    processors, current = [], {}
-    try:
-        with open(path) as stream:
-            for line in stream:
-                if not line.strip():
-                    if current:
-                        processors.append(current)
-                    current = {}
-                    continue
-                key, _, value = line.partition(":")
-                current[key.strip()] = value.strip()
-    except OSError:
-        return []
-    if current:
-        processors.append(current)
-    return processors
+AMX_BF16_FLOPS_PER_CYCLE = 1024
 
 
 def _clock_mhz(processors):
@@ -92,11 +77,26 @@ def fp32_flops_per_cycle(flags, vendor="", family=""):
     return 2, "scalar"
 
 
+def bf16_flops_per_cycle(flags, fp32_flops):
+    """(bf16 FLOPs per cycle per core, instructions), or (None, reason) without bf16 ones."""
+    if "amx_bf16" in flags:
+        return AMX_BF16_FLOPS_PER_CYCLE, "AMX tiles"
+    if "avx512_bf16" in flags:
+        return 2 * fp32_flops, "AVX512_BF16 dot products, 2x the FP32 FMA rate"
+    return None, "no bfloat16 instructions"
+
+
+def cpu_identity(machine):
+    """'model name (cpu family F, model M)': the CPU every figure was measured on."""
+    return "%s (cpu family %s, model %s)" % (machine["cpu_model"], machine["cpu_family"],
+                                             machine["cpu_model_number"])
+
+
 def describe_machine():
-    """Dict describing this machine, with its derived FP32 peak (None if the clock is unknown)."""
+    """Dict describing this machine, with its derived FP32 and bf16 peaks (None if unknown)."""
     import tensorflow as tf
 
-    processors = _read_cpuinfo()
+    processors = precision.read_cpuinfo()
     first = processors[0] if processors else {}
     flags = set(first.get("flags", "").split())
     flops_per_cycle, isa = fp32_flops_per_cycle(
@@ -104,8 +104,12 @@ def describe_machine():
     clock_mhz, clock_source = _clock_mhz(processors)
     cores = _usable_cores(processors)
     peak = cores * clock_mhz * 1e6 * flops_per_cycle if clock_mhz else None
+    bf16_flops, bf16_instructions = bf16_flops_per_cycle(flags, flops_per_cycle)
+    bf16_peak = cores * clock_mhz * 1e6 * bf16_flops if clock_mhz and bf16_flops else None
     return {
         "cpu_model": first.get("model name", platform.processor() or "unknown"),
+        "cpu_family": first.get("cpu family", "unknown"),
+        "cpu_model_number": first.get("model", "unknown"),
         "logical_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
         "physical_cores": cores,
@@ -117,6 +121,12 @@ def describe_machine():
         "fp32_peak_derivation": (
             "%d cores x %.0f MHz x %d FP32 FLOPs/cycle (%s, two FMA pipes assumed)"
             % (cores, clock_mhz, flops_per_cycle, isa) if clock_mhz else "clock unknown"),
+        "bf16_flops_per_cycle_per_core": bf16_flops,
+        "bf16_peak_gflops": bf16_peak / 1e9 if bf16_peak else None,
+        "bf16_peak_derivation": (
+            "%d cores x %.0f MHz x %d bf16 FLOPs/cycle (%s)"
+            % (cores, clock_mhz, bf16_flops, bf16_instructions) if bf16_peak
+            else bf16_instructions if not bf16_flops else "clock unknown"),
         "memory_gib": _memory_gib(),
         "tensorflow_version": tf.__version__,
         "python_version": platform.python_version(),

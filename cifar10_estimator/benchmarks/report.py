@@ -1,4 +1,6 @@
-"""The benchmark's results (benchmark.run_benchmarks) as a Markdown report."""
+"""The benchmark's results (suite.run_benchmarks) as a Markdown report."""
+
+from cifar10_estimator.benchmarks import machine as benchmark_machine
 
 
 def _rounds(values, fmt="%.0f"):
@@ -18,11 +20,16 @@ def _machine_lines(results):
         "- Command: `%s`" % results["command"],
         "- Date: %s; took %.1f min" % (machine["date"], results["duration_secs"] / 60),
         "- CPU: %s, %d physical cores usable (%d logical CPUs), %s MHz (%s), %s"
-        % (machine["cpu_model"], machine["physical_cores"], machine["logical_cpus"],
+        % (benchmark_machine.cpu_identity(machine), machine["physical_cores"], machine["logical_cpus"],
            "%.0f" % machine["clock_mhz"] if machine["clock_mhz"] else "unknown",
            machine["clock_source"], machine["vector_isa"]),
         "- FP32 peak: %s = %s" % ("%.1f GFLOP/s" % peak if peak else "unknown",
                                   machine["fp32_peak_derivation"]),
+        "- bf16 peak: %s = %s" % (
+            "%.1f GFLOP/s" % machine["bf16_peak_gflops"] if machine["bf16_peak_gflops"]
+            else "none", machine["bf16_peak_derivation"]),
+        "- Precisions: %s" % "; ".join("%s %s" % (name, note)
+                                       for name, note in results["precisions"].items()),
         "- Memory: %.0f GiB; TensorFlow %s; Python %s; %s"
         % (machine["memory_gib"] or 0, machine["tensorflow_version"],
            machine["python_version"], machine["platform"]),
@@ -50,8 +57,16 @@ def _targets_table(results):
                    "Met"], rows)
 
 
+def _peak_share(results, run, achieved_gflops):
+    """'S % of FP32' (or of bf16, for a bf16 run): the share of the peak it computes in."""
+    is_bf16 = "bf16" in run["extra_flags"]
+    peak = results["machine"]["bf16_peak_gflops" if is_bf16 else "fp32_peak_gflops"]
+    if not peak:
+        return "-"
+    return "%.1f %% of %s" % (100 * achieved_gflops / peak, "bf16" if is_bf16 else "FP32")
+
+
 def _training_table(results):
-    peak = results["machine"]["fp32_peak_gflops"]
     rows = []
     for run in results["training"]["runs"]:
         flops = results["flops"][str(run["num_layers"])]["train_step_flops_per_example"]
@@ -61,11 +76,10 @@ def _training_table(results):
             "ResNet-%d" % run["num_layers"], run["description"],
             _rounds(run["examples_per_sec"], "%.1f"), "%.1f" % run["median_examples_per_sec"],
             "-" if background is None else "%.0f" % (100 * background),
-            "%.1f" % achieved_gflops,
-            "%.1f %%" % (100 * achieved_gflops / peak) if peak else "-",
+            "%.1f" % achieved_gflops, _peak_share(results, run, achieved_gflops),
             "-" if run["max_rss_mb"] is None else "%.0f" % run["max_rss_mb"], _rounds(run["process_cpu_secs"])])
     return _table(["Model", "Run", "examples/sec per round", "Median",
-                   "Others' CPU %", "GFLOP/s", "of FP32 peak", "Peak RSS MB",
+                   "Others' CPU %", "GFLOP/s", "Share of peak", "Peak RSS MB",
                    "Process CPU s per round"], rows)
 
 
@@ -105,15 +119,23 @@ def _flops_table(results):
                    "Trainable parameters (ours / Keras)", "Op types counted as 0"], rows)
 
 
+def summary(results):
+    """The targets table under the CPU it was measured on, for the console."""
+    return "\n".join(["Targets, measured on %s:"
+                      % benchmark_machine.cpu_identity(results["machine"]), "",
+                      _targets_table(results)])
+
+
 def markdown(results):
     """The report: machine, targets, then one table per section."""
     training = results["training"]
     conversion = results["conversion"]
+    cpu = benchmark_machine.cpu_identity(results["machine"])
     parts = [
         "# cifar10_estimator benchmark (%s)" % results["mode"], "",
         "\n".join(_machine_lines(results)), "",
-        "## Targets", "", _targets_table(results), "",
-        "## Training throughput", "",
+        "## Targets (%s)" % cpu, "", _targets_table(results), "",
+        "## Training throughput (%s)" % cpu, "",
         "Batch %d, CPU only (`--num-gpus 0`). The runs of one model are child processes "
         "started together; after %d warm-up steps each is paused, then they take turns of "
         "%d steps (in order, then in reverse order, ...) while the others stay paused, %d "
@@ -128,15 +150,17 @@ def markdown(results):
         "on the same Cifar10DataSet batches (tf.data from the same TFRecords), once with "
         "TensorFlow's default CPU allocator and once with TF_CPU_ALLOCATOR_USE_BFC=true, the "
         "pooling allocator the trainer turns on (TF_CPU_ALLOCATOR_USE_BFC=false turns it "
-        "off). Peak RSS: the process's own high-water mark (VmHWM)."
+        "off). bf16 runs: the trainer's `--precision bf16` and Keras's `mixed_bfloat16` "
+        "policy; their share is of the bf16 peak, the others' of the FP32 peak. "
+        "Peak RSS: the process's own high-water mark (VmHWM)."
         % (training["batch_size"], training["warmup_steps"], training["steps_per_turn"],
            training["timed_steps"], training["rounds"]), "",
         _training_table(results), "",
-        "## Input pipeline", "",
+        "## Input pipeline (%s)" % cpu, "",
         "Train batches of %d with augmentation, graph mode, same file; original and "
         "Cifar10DataSet alternated." % results["input_pipeline"]["batch_size"], "",
         _input_table(results), "",
-        "## TFRecord conversion", "",
+        "## TFRecord conversion (%s)" % cpu, "",
         "%d random images in an official-format archive (%.0f MB, Python 2 pickles); both ways "
         "extract and write train/validation/eval; same examples written both ways: %s."
         % (conversion["num_images"], conversion["archive_bytes"] / 1e6,

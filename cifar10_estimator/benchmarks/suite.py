@@ -13,14 +13,18 @@ measurement and the ratios against their targets):
   5. generate_tfrecords against the original conversion, on a 60000-image archive in
      the official format (benchmark_conversion);
   6. FLOPs per example counted from the graph (benchmark_flops) x examples/sec, as a
-     fraction of the FP32 peak derived from the CPU (benchmark_machine), and the peak
-     resident memory of every run.
+     fraction of the FP32 peak derived from the CPU (benchmark_machine), or of its bf16
+     peak for bf16 runs, and the peak resident memory of every run;
+  7. --precision bf16 against fp32, for the trainer and for Keras (mixed_bfloat16), where
+     the CPU has bfloat16 instructions; fp16 only runs on GPUs, which this CPU benchmark
+     does not use.
 Every comparison runs in one invocation with its sides alternated (A B, B A, ...); the
 reported figure is the median over rounds. --smoke (under a minute, tiny model and data)
 checks the machinery only; --quick (minutes) measures ResNet-20; --full measures ResNet-20
-and ResNet-44 with more steps and rounds (tens of minutes).
+and ResNet-44 with more steps and rounds (tens of minutes); --num-layers picks the depths.
 """
 
+import argparse
 import dataclasses
 import json
 import os
@@ -42,6 +46,8 @@ OFFICIAL_IMAGES_PER_BATCH = 10000
 TARGETS = {
     "real_data_vs_synthetic": 0.97,
     "estimator_vs_keras": 1.0,
+    "estimator_vs_keras_bf16": 1.0,
+    "bf16_vs_fp32": 1.6,
     "two_towers_vs_one": 0.90,
     "conversion_vs_original": 1.0,
 }
@@ -93,6 +99,8 @@ def build_parser():
                                 "minutes")):
         modes.add_argument("--" + name, dest="mode", action="store_const", const=name, help=text)
     parser.set_defaults(mode="quick")
+    parser.add_argument("--num-layers", type=_depth, nargs="+", metavar="N",
+                        help="ResNet depths to train (6n+2) instead of the mode's")
     parser.add_argument("--output-dir", default="benchmark_results", metavar="DIR",
                         help="where benchmark.json and benchmark.md are written "
                              "(default: %(default)s)")
@@ -100,6 +108,16 @@ def build_parser():
                         help="scratch space for the archive, TFRecords and jobs, about 1 GB "
                              "(default: a temporary directory, removed afterwards)")
     return parser
+
+
+def _depth(text):
+    from cifar10_estimator import cifar10_model
+    depth = cli.positive_int(text)
+    try:
+        cifar10_model.num_units_per_stage(depth)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error))
+    return depth
 
 
 def main(argv):
@@ -110,6 +128,8 @@ def main(argv):
     # Graph building for the FLOPs count logs notices that are not the benchmark's.
     cli.quiet_tensorflow_logs("1", "ERROR")
     mode = MODES[args.mode]
+    if args.num_layers:
+        mode = dataclasses.replace(mode, depths=tuple(args.num_layers))
     command = " ".join([cli.invoked_program()] + [shlex.quote(arg) for arg in argv])
     os.makedirs(args.output_dir, exist_ok=True)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_benchmark_")
@@ -128,6 +148,7 @@ def main(argv):
         stream.write("\n")
     with open(markdown_path, "w") as stream:
         stream.write(report.markdown(results))
+    print(report.summary(results))
     print("wrote %s and %s" % (json_path, markdown_path))
 
 
@@ -146,14 +167,18 @@ def run_benchmarks(mode, work_dir, command):
     started, meter = time.time(), machine.BackgroundCpuMeter()
     results = {"command": command, "mode": mode.name, "settings": dataclasses.asdict(mode),
                "load_average_start": machine.load_average(),
-               "machine": machine.describe_machine()}
+               "machine": machine.describe_machine(), "precisions": precisions_measured()}
+    _say("measuring on %s" % machine.cpu_identity(results["machine"]))
+    for name, note in results["precisions"].items():
+        _say("--precision %s: %s" % (name, note))
     data_dir = os.path.join(work_dir, "data")
     results["conversion"] = conversion_section(mode, work_dir, data_dir)
     training_data_dir = os.path.join(work_dir, "training_data")
     prepare_training_data(data_dir, training_data_dir, mode.num_eval_examples)
     results["input_pipeline"] = input_pipeline_section(mode, training_data_dir)
     results["flops"] = flops_section(mode)
-    results["training"] = training_section(mode, training_data_dir, work_dir)
+    results["training"] = training_section(mode, training_data_dir, work_dir,
+                                           results["precisions"]["bf16"] == "measured")
     results["comparisons"] = comparisons(results)
     results["load_average_end"] = machine.load_average()
     results["background_cpu_share"] = meter.share()
@@ -245,10 +270,30 @@ def flops_section(mode):
     return counts
 
 
-def training_runs(depth, batch_size):
-    """The runs compared at one depth: real data, the ceiling, Keras, two towers, allocators."""
+def precisions_measured():
+    """{precision: 'measured' or why not} for the precisions beyond fp32."""
+    from cifar10_estimator import precision
+
+    bf16_reason = precision.unsupported_reason(
+        "bf16", 0, precision.cpu_flags(), precision.onednn_enabled())
+    return {"bf16": "not measured: " + bf16_reason if bf16_reason else "measured",
+            "fp16": "not measured: " + precision.unsupported_reason(
+                "fp16", 0, precision.cpu_flags(), precision.onednn_enabled())}
+
+
+def training_runs(depth, batch_size, with_bf16):
+    """The runs compared at one depth: real data, the ceiling, Keras, two towers, allocators,
+    and with_bf16 the trainer and Keras in bfloat16."""
     from cifar10_estimator.benchmarks.training import TrainingRun
 
+    pooling_allocator = (("TF_CPU_ALLOCATOR_USE_BFC", "true"),)
+    bf16 = ("--precision", "bf16")
+    bf16_runs = [
+        TrainingRun("estimator_tfrecords_bf16", "estimator", depth, batch_size,
+                    extra_flags=bf16),
+        TrainingRun("keras_fit_bf16_pooling_allocator", "keras", depth, batch_size,
+                    extra_flags=bf16, extra_env=pooling_allocator),
+    ]
     return [
         TrainingRun("estimator_tfrecords", "estimator", depth, batch_size),
         TrainingRun("estimator_synthetic", "estimator", depth, batch_size, data="synthetic"),
@@ -256,16 +301,16 @@ def training_runs(depth, batch_size):
         # The trainer turns on TensorFlow's pooling CPU allocator (main.py); Keras with the
         # same allocator is the fair opponent, Keras with TF defaults what users often run.
         TrainingRun("keras_fit_pooling_allocator", "keras", depth, batch_size,
-                    extra_env=(("TF_CPU_ALLOCATOR_USE_BFC", "true"),)),
+                    extra_env=pooling_allocator),
         TrainingRun("estimator_synthetic_2_towers", "estimator", depth, batch_size,
                     data="synthetic", num_cpu_towers=2),
         # What the trainer's pooling-allocator default buys.
         TrainingRun("estimator_tfrecords_default_allocator", "estimator", depth, batch_size,
                     extra_env=(("TF_CPU_ALLOCATOR_USE_BFC", "false"),)),
-    ]
+    ] + (bf16_runs if with_bf16 else [])
 
 
-def training_section(mode, data_dir, work_dir):
+def training_section(mode, data_dir, work_dir, with_bf16):
     """Sections 2-4 and 6 (memory): the runs of each depth interleaved, once per round."""
     from cifar10_estimator.benchmarks import training
 
@@ -275,7 +320,7 @@ def training_section(mode, data_dir, work_dir):
                "rounds": mode.training_rounds, "batch_size": mode.batch_size,
                "steps_per_turn": training.LOG_EVERY_N_STEPS, "runs": []}
     for depth in mode.depths:
-        runs = training_runs(depth, mode.batch_size)
+        runs = training_runs(depth, mode.batch_size, with_bf16)
         rounds = []
         for round_index in range(mode.training_rounds):
             rounds.append(training.measure_interleaved(
@@ -305,7 +350,7 @@ def training_section(mode, data_dir, work_dir):
 
 def _turn_reporter(round_index):
     def report(turn, run, examples_per_sec, background_share):
-        _say("training round %d turn %2d: ResNet-%d %-29s %7.1f examples/sec (others used %s "
+        _say("training round %d turn %2d: ResNet-%d %-37s %7.1f examples/sec (others used %s "
              "of the CPU)" % (round_index + 1, turn + 1, run.num_layers, run.name,
                               examples_per_sec, _percent(background_share)))
     return report
@@ -375,6 +420,14 @@ def comparisons(results):
         add("pooling_allocator_vs_default", "ResNet-%d: Estimator (TFRecords), pooling CPU "
             "allocator / TensorFlow's default" % depth, turn_ratios(real, default_allocator),
             num_layers=depth)
+        if results["precisions"]["bf16"] == "measured":
+            real_bf16 = _run(results, "estimator_tfrecords_bf16", depth)
+            add("bf16_vs_fp32", "ResNet-%d: Estimator (TFRecords) --precision bf16 / fp32"
+                % depth, turn_ratios(real_bf16, real), num_layers=depth)
+            add("estimator_vs_keras_bf16", "ResNet-%d: Estimator bf16 / Keras mixed_bfloat16 "
+                "model.fit, same CPU allocator" % depth,
+                turn_ratios(real_bf16, _run(results, "keras_fit_bf16_pooling_allocator", depth)),
+                num_layers=depth, same_parameter_count=same_parameter_count)
     conversion = results["conversion"]
     add("conversion_vs_original", "generate_tfrecords / original conversion (images/sec)",
         [original / package for original, package in zip(conversion["original"]["seconds"],
