@@ -17,15 +17,16 @@ pytestmark = pytest.mark.slow
 
 SECTIONS = ("machine", "conversion", "input_pipeline", "flops", "training", "comparisons")
 COMPARISON_KEYS = {"input_pipeline_vs_original", "real_data_vs_synthetic",
-                   "estimator_vs_keras", "estimator_vs_keras_tf_defaults", "two_towers_vs_one",
-                   "conversion_vs_original", "pooling_allocator_vs_default"}
-BF16_COMPARISON_KEYS = {"bf16_vs_fp32", "estimator_vs_keras_bf16"}
-UNTARGETED_KEYS = {"input_pipeline_vs_original", "estimator_vs_keras_tf_defaults",
+                   "estimator_vs_keras", "two_towers_vs_one", "conversion_vs_original",
                    "pooling_allocator_vs_default"}
+BF16_COMPARISON_KEYS = {"bf16_vs_fp32", "estimator_vs_keras_bf16",
+                        "pooling_allocator_vs_default_bf16"}
+UNTARGETED_KEYS = {"input_pipeline_vs_original", "pooling_allocator_vs_default",
+                   "pooling_allocator_vs_default_bf16"}
 RUN_NAMES = {"estimator_tfrecords", "estimator_synthetic", "keras_fit",
-             "keras_fit_pooling_allocator", "estimator_synthetic_2_towers",
-             "estimator_tfrecords_default_allocator"}
-BF16_RUN_NAMES = {"estimator_tfrecords_bf16", "keras_fit_bf16_pooling_allocator"}
+             "estimator_synthetic_2_towers", "estimator_tfrecords_pooling_allocator"}
+BF16_RUN_NAMES = {"estimator_tfrecords_bf16", "keras_fit_bf16",
+                  "estimator_tfrecords_bf16_pooling_allocator"}
 
 
 def measures_bf16(results):
@@ -70,7 +71,7 @@ def test_keras_copy_has_our_parameter_count(smoke_report):
     _, results, _ = smoke_report
     keras_rows = [row for row in results["comparisons"]
                   if row["key"].startswith("estimator_vs_keras")]
-    assert len(keras_rows) == (3 if measures_bf16(results) else 2)
+    assert len(keras_rows) == (2 if measures_bf16(results) else 1)
     assert all(row["same_parameter_count"] for row in keras_rows)
 
 

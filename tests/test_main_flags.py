@@ -121,15 +121,6 @@ def test_data_dir_flag_is_required_without_synthetic_data(tmp_path):
     assert_one_line_error(result, 2, "--data-dir", "--use-synthetic-data")
 
 
-def test_trainer_pools_cpu_memory_unless_the_user_chose_an_allocator(monkeypatch):
-    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
-    trainer._use_pooling_cpu_allocator()
-    assert trainer.os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
-    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
-    trainer._use_pooling_cpu_allocator()
-    assert trainer.os.environ["TF_CPU_ALLOCATOR_USE_BFC"] == "false"
-
-
 def first_training_batch(data_dir, job_dir, distortion):
     args = trainer.build_parser().parse_args(
         ["--data-dir", str(data_dir), "--job-dir", str(job_dir), "--num-gpus", "0",

@@ -8,8 +8,9 @@ measurement and the ratios against their targets):
   2. training examples/sec of the real trainer on TFRecords against --use-synthetic-data,
      the ceiling (benchmark_training);
   3. the same ResNet, data and optimisation in Keras model.fit (benchmark_keras);
-  4. 2 logical CPU towers against 1 at the same global batch, and the trainer's pooling
-     CPU allocator against TensorFlow's default;
+  4. 2 logical CPU towers against 1 at the same global batch, and TensorFlow's pooling
+     CPU allocator (TF_CPU_ALLOCATOR_USE_BFC=true) against its default, which the trainer
+     and Keras use;
   5. generate_tfrecords against the original conversion, on a 60000-image archive in
      the official format (benchmark_conversion);
   6. FLOPs per example counted from the graph (benchmark_flops) x examples/sec, as a
@@ -282,8 +283,9 @@ def precisions_measured():
 
 
 def training_runs(depth, batch_size, with_bf16):
-    """The runs compared at one depth: real data, the ceiling, Keras, two towers, allocators,
-    and with_bf16 the trainer and Keras in bfloat16."""
+    """The runs compared at one depth: real data, the ceiling, Keras, two towers, the pooling
+    allocator, and with_bf16 the trainer and Keras in bfloat16. Every run uses TensorFlow's
+    default CPU allocator unless its name says pooling_allocator."""
     from cifar10_estimator.benchmarks.training import TrainingRun
 
     pooling_allocator = (("TF_CPU_ALLOCATOR_USE_BFC", "true"),)
@@ -291,22 +293,19 @@ def training_runs(depth, batch_size, with_bf16):
     bf16_runs = [
         TrainingRun("estimator_tfrecords_bf16", "estimator", depth, batch_size,
                     extra_flags=bf16),
-        TrainingRun("keras_fit_bf16_pooling_allocator", "keras", depth, batch_size,
-                    extra_flags=bf16, extra_env=pooling_allocator),
+        TrainingRun("keras_fit_bf16", "keras", depth, batch_size, extra_flags=bf16),
+        TrainingRun("estimator_tfrecords_bf16_pooling_allocator", "estimator", depth,
+                    batch_size, extra_flags=bf16, extra_env=pooling_allocator),
     ]
     return [
         TrainingRun("estimator_tfrecords", "estimator", depth, batch_size),
         TrainingRun("estimator_synthetic", "estimator", depth, batch_size, data="synthetic"),
         TrainingRun("keras_fit", "keras", depth, batch_size),
-        # The trainer turns on TensorFlow's pooling CPU allocator (main.py); Keras with the
-        # same allocator is the fair opponent, Keras with TF defaults what users often run.
-        TrainingRun("keras_fit_pooling_allocator", "keras", depth, batch_size,
-                    extra_env=pooling_allocator),
         TrainingRun("estimator_synthetic_2_towers", "estimator", depth, batch_size,
                     data="synthetic", num_cpu_towers=2),
-        # What the trainer's pooling-allocator default buys.
-        TrainingRun("estimator_tfrecords_default_allocator", "estimator", depth, batch_size,
-                    extra_env=(("TF_CPU_ALLOCATOR_USE_BFC", "false"),)),
+        # TensorFlow's pooling (BFC) CPU allocator, which a user can opt into.
+        TrainingRun("estimator_tfrecords_pooling_allocator", "estimator", depth, batch_size,
+                    extra_env=pooling_allocator),
     ] + (bf16_runs if with_bf16 else [])
 
 
@@ -402,32 +401,31 @@ def comparisons(results):
         real = _run(results, "estimator_tfrecords", depth)
         synthetic = _run(results, "estimator_synthetic", depth)
         keras = _run(results, "keras_fit", depth)
-        keras_pooling = _run(results, "keras_fit_pooling_allocator", depth)
         towers = _run(results, "estimator_synthetic_2_towers", depth)
-        default_allocator = _run(results, "estimator_tfrecords_default_allocator", depth)
         add("real_data_vs_synthetic", "ResNet-%d: TFRecords / synthetic ceiling" % depth,
             turn_ratios(real, synthetic), num_layers=depth)
         same_parameter_count = (keras.get("trainable_parameters")
                                 == results["flops"][str(depth)]["trainable_parameters"])
-        add("estimator_vs_keras", "ResNet-%d: Estimator (TFRecords) / Keras model.fit, same "
-            "CPU allocator" % depth, turn_ratios(real, keras_pooling), num_layers=depth,
+        add("estimator_vs_keras", "ResNet-%d: Estimator (TFRecords) / Keras model.fit" % depth,
+            turn_ratios(real, keras), num_layers=depth,
             same_parameter_count=same_parameter_count)
-        add("estimator_vs_keras_tf_defaults", "ResNet-%d: Estimator (TFRecords) / Keras "
-            "model.fit, TensorFlow's default allocator" % depth, turn_ratios(real, keras),
-            num_layers=depth, same_parameter_count=same_parameter_count)
         add("two_towers_vs_one", "ResNet-%d: 2 CPU towers / 1 tower (synthetic, same global "
             "batch)" % depth, turn_ratios(towers, synthetic), num_layers=depth)
         add("pooling_allocator_vs_default", "ResNet-%d: Estimator (TFRecords), pooling CPU "
-            "allocator / TensorFlow's default" % depth, turn_ratios(real, default_allocator),
+            "allocator / TensorFlow's default" % depth,
+            turn_ratios(_run(results, "estimator_tfrecords_pooling_allocator", depth), real),
             num_layers=depth)
         if results["precisions"]["bf16"] == "measured":
             real_bf16 = _run(results, "estimator_tfrecords_bf16", depth)
             add("bf16_vs_fp32", "ResNet-%d: Estimator (TFRecords) --precision bf16 / fp32"
                 % depth, turn_ratios(real_bf16, real), num_layers=depth)
             add("estimator_vs_keras_bf16", "ResNet-%d: Estimator bf16 / Keras mixed_bfloat16 "
-                "model.fit, same CPU allocator" % depth,
-                turn_ratios(real_bf16, _run(results, "keras_fit_bf16_pooling_allocator", depth)),
+                "model.fit" % depth, turn_ratios(real_bf16, _run(results, "keras_fit_bf16", depth)),
                 num_layers=depth, same_parameter_count=same_parameter_count)
+            add("pooling_allocator_vs_default_bf16", "ResNet-%d: Estimator bf16, pooling CPU "
+                "allocator / TensorFlow's default" % depth,
+                turn_ratios(_run(results, "estimator_tfrecords_bf16_pooling_allocator", depth),
+                            real_bf16), num_layers=depth)
     conversion = results["conversion"]
     add("conversion_vs_original", "generate_tfrecords / original conversion (images/sec)",
         [original / package for original, package in zip(conversion["original"]["seconds"],
