@@ -221,6 +221,8 @@ def _quiet_tensorflow_logs():
 
 
 def _check_precision_supported(precision_name, num_gpus):
+    if precision_name == "fp32":
+        return
     from cifar10_estimator import precision
     reason = precision.unsupported_reason(
         precision_name, num_gpus, precision.cpu_flags(), precision.onednn_enabled(),

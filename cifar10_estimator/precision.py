@@ -178,9 +178,10 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
         self._optimizer = optimizer
         self._loss_scale = loss_scale
 
-    def compute_gradients(self, *args, **kwargs):
-        raise NotImplementedError("the towers differentiate loss x scale themselves "
-                                  "(model_fn.build_towers)")
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        """Gradients of loss x scale, for minimize(); the towers differentiate themselves."""
+        return self._optimizer.compute_gradients(loss * self._loss_scale.scale, var_list,
+                                                 **kwargs)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         grads_and_vars = list(grads_and_vars)

@@ -217,6 +217,20 @@ def test_the_scale_doubles_after_a_run_of_good_steps_and_halves_on_overflow(fini
     assert loss_scale_after(finite_steps) == expected
 
 
+def test_minimize_through_the_loss_scale_takes_the_unscaled_step():
+    with tf.Graph().as_default():
+        variable = tf.compat.v1.get_variable("v", initializer=5.0, use_resource=True)
+        loss_scale = precision.DynamicLossScale(initial_scale=1024.0)
+        optimizer = precision.LossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
+        step = optimizer.minimize(3.0 * variable)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(step)
+            assert session.run(variable) == 5.0 - 0.5 * 3.0
+            assert session.run(loss_scale.scale) == 1024.0
+
+
 def estimator_of(job_dir, precision_name):
     hparams = job_hparams.HParams(num_layers=8, train_batch_size=4, precision=precision_name)
     layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=1)
