@@ -20,7 +20,8 @@ def _machine_lines(results):
         "- Command: `%s`" % results["command"],
         "- Date: %s; took %.1f min" % (machine["date"], results["duration_secs"] / 60),
         "- CPU: %s, %d physical cores usable (%d logical CPUs), %s MHz (%s), %s"
-        % (benchmark_machine.cpu_identity(machine), machine["physical_cores"], machine["logical_cpus"],
+        % (benchmark_machine.cpu_identity(machine), machine["physical_cores"],
+           machine["logical_cpus"],
            "%.0f" % machine["clock_mhz"] if machine["clock_mhz"] else "unknown",
            machine["clock_source"], machine["vector_isa"]),
         "- FP32 peak: %s = %s" % ("%.1f GFLOP/s" % peak if peak else "unknown",
