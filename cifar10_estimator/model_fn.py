@@ -307,7 +307,7 @@ def make_model_fn(layout, hparams):
                 loss_scale = precision.DynamicLossScale()
         tower_losses, tower_gradvars, tower_logits, update_ops = build_towers(
             features, labels, layout, make_resnet_tower_fn(hparams), is_training,
-            loss_scale.scale if loss_scale else None)
+            None if loss_scale is None else loss_scale.scale)
 
         with tf.device(layout.consolidation_device):
             loss = tf.reduce_mean(tower_losses, name="loss")
@@ -335,7 +335,7 @@ def make_model_fn(layout, hparams):
                 "images", tf.cast(features[0], tf.uint8), max_outputs=NUM_SUMMARY_IMAGES)
             logged = {"learning_rate": learning_rate, "loss": loss}
             scaffold = None
-            if loss_scale:
+            if loss_scale is not None:
                 tf.compat.v1.summary.scalar("loss_scale", loss_scale.scale)
                 logged["loss_scale"] = loss_scale.scale
                 scaffold = tf.compat.v1.train.Scaffold(saver=_checkpoint_saver(config, loss_scale))
@@ -355,9 +355,12 @@ def make_model_fn(layout, hparams):
 
 
 def _checkpoint_saver(config, loss_scale):
-    """The Saver tf.estimator would make, resuming checkpoints without fp16's loss scale."""
+    """The Saver tf.estimator would make, resuming checkpoints without fp16's loss scale.
+
+    config: the Estimator's RunConfig, or None (then RunConfig's defaults).
+    """
+    config = config or tf.estimator.RunConfig()
     return precision.LossScaleTolerantSaver(
-        loss_scale.variables, sharded=True,
-        max_to_keep=config.keep_checkpoint_max if config else 5,
-        keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours if config else 10000,
+        loss_scale.variables, sharded=True, max_to_keep=config.keep_checkpoint_max,
+        keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
         defer_build=True, save_relative_paths=True)
