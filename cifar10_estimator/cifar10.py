@@ -20,14 +20,28 @@ boundaries, so every example is served once per epoch and every batch is full.
 
 import os
 
-import tensorflow as tf
-
-from cifar10_estimator import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 
-HEIGHT = tfrecord_format.HEIGHT
-WIDTH = tfrecord_format.WIDTH
-DEPTH = tfrecord_format.DEPTH
+# CIFAR-10's facts, which every other module takes from here.
+HEIGHT = 32
+WIDTH = 32
+DEPTH = 3
+NUM_CLASSES = 10
+CLASS_NAMES = (
+    "airplane", "automobile", "bird", "cat", "deer",
+    "dog", "frog", "horse", "ship", "truck",
+)
+# The subsets, named as the original tutorial named them and their files
+# (train.tfrecords, validation.tfrecords, eval.tfrecords): "eval" is the test set
+# (CIFAR-10's test_batch). Hence --eval-subset eval and --subset eval mean the test set,
+# while the trainer's folders and files say test where "eval" would be ambiguous:
+# job-dir/eval_test/ and test_results.json hold the one test evaluation,
+# job-dir/eval_validation/ the evaluations on the validation set during training.
+SUBSETS = ("train", "validation", "eval")
+# Examples per subset of the official split (data_batch_1-4 / data_batch_5 / test_batch),
+# the counts of data without a metadata file (records written by the original tutorial).
+OFFICIAL_NUM_EXAMPLES = {"train": 40000, "validation": 10000, "eval": 10000}
+
 # Training crops come from the image zero-padded by 4 pixels on each side.
 PADDED_HEIGHT = 40
 PADDED_WIDTH = 40
@@ -35,6 +49,16 @@ PADDED_WIDTH = 40
 # Larger than any CIFAR file, so that batching the records yields the whole file at once.
 _MAX_RECORDS_PER_FILE = 1 << 31
 _READ_BUFFER_BYTES = 8 << 20
+
+# TensorFlow and tfrecord_format are imported where they are used: the facts above are
+# needed by command lines that check their flags before TensorFlow loads, and by
+# tfrecord_format itself, whose record layout follows them.
+
+
+def check_subset(subset):
+    """Raises ValueError unless subset is one of SUBSETS."""
+    if subset not in SUBSETS:
+        raise ValueError("subset must be one of %s, got %r" % (", ".join(SUBSETS), subset))
 
 
 class _NumExamplesPerEpoch:
@@ -46,6 +70,7 @@ class _NumExamplesPerEpoch:
     """
 
     def __get__(self, instance, owner):
+        from cifar10_estimator import tfrecord_format
         if instance is None:
             return tfrecord_format.num_examples
 
@@ -75,6 +100,7 @@ class Cifar10DataSet:
           ValueError: unknown subset.
           Cifar10EstimatorError: data_dir or the subset's TFRecord file is missing.
         """
+        from cifar10_estimator import tfrecord_format
         self.data_dir = data_dir
         self.subset = subset
         self.use_distortion = use_distortion
@@ -90,11 +116,13 @@ class Cifar10DataSet:
           images: float32 [batch_size, 32, 32, 3], values 0..255.
           labels: int32 [batch_size].
         """
+        import tensorflow as tf
         dataset = self.make_dataset(batch_size)
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
     def make_dataset(self, batch_size):
         """An endless tf.data.Dataset of (images, labels) batches, as make_batch returns."""
+        import tensorflow as tf
         # One element: every example of the file, and seeds for shuffling and cropping.
         # Seeds drawn by tf.data follow the graph seed when one is set (reproducible
         # runs) and differ per iterator otherwise; stateless ops keyed by them keep the
@@ -106,6 +134,7 @@ class Cifar10DataSet:
         ).prefetch(tf.data.AUTOTUNE)
 
     def _batches(self, examples, seeds, batch_size):
+        import tensorflow as tf
         images, labels = examples
         order_seed, crop_seed = seeds[0], seeds[1]
         num_examples = tf.shape(labels, out_type=tf.int64)[0]
@@ -127,6 +156,7 @@ class Cifar10DataSet:
 
     def _epoch_orders(self, num_examples, seed):
         """An endless dataset of int64 [num_examples] vectors: the example order of each epoch."""
+        import tensorflow as tf
         if self.subset != "train":
             return tf.data.Dataset.from_tensors(tf.range(num_examples)).repeat()
         return tf.data.Dataset.counter().map(
@@ -136,11 +166,13 @@ class Cifar10DataSet:
 
 def gather_images(images, indices):
     """The images at `indices` of images [N, 32, 32, C], as float32."""
+    import tensorflow as tf
     return tf.cast(tf.gather(images, indices), tf.float32)
 
 
 def pad_images(images):
     """Zero-pad images [N, 32, 32, C] to [N, 40, 40, C], 4 pixels on each side."""
+    import tensorflow as tf
     pad_rows = (PADDED_HEIGHT - HEIGHT) // 2
     pad_columns = (PADDED_WIDTH - WIDTH) // 2
     return tf.pad(images, [[0, 0], [pad_rows, pad_rows], [pad_columns, pad_columns], [0, 0]])
@@ -160,6 +192,7 @@ def random_crops(padded_images, indices, seed):
     Returns:
       float32 [B, 32, 32, C].
     """
+    import tensorflow as tf
     num_crops = tf.shape(indices)[0]
     offset_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     offsets = tf.cast(tf.random.stateless_uniform(
@@ -184,12 +217,15 @@ def _read_whole_file(filename):
 
     Its element is (uint8 [N, 32, 32, 3] images in HWC order, int32 [N] labels).
     """
+    import tensorflow as tf
     records = tf.data.TFRecordDataset(filename, buffer_size=_READ_BUFFER_BYTES)
     return records.batch(_MAX_RECORDS_PER_FILE).map(
         lambda serialized: _decode_records(serialized, filename))
 
 
 def _decode_records(serialized, filename):
+    import tensorflow as tf
+    from cifar10_estimator import tfrecord_format
     features = tf.io.parse_example(serialized, {
         tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -209,6 +245,8 @@ def _decode_records(serialized, filename):
 def check_tfrecords_exist(data_dir, subsets):
     """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
     holds the TFRecord file of every subset in `subsets`."""
+    import tensorflow as tf
+    from cifar10_estimator import tfrecord_format
     hint = "create the TFRecords with: " + tfrecord_format.generate_command(data_dir)
     if not tf.io.gfile.isdir(data_dir):
         raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))

@@ -5,7 +5,7 @@ import numbers
 import tensorflow as tf
 
 from cifar10_estimator import model_base
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
 
 # The tutorial's network has 11 outputs for CIFAR-10's 10 classes. That was a
 # quirk, kept so checkpoints of the original (dense/kernel of shape [64, 11])
@@ -71,7 +71,7 @@ class ResNetCifar10(model_base.ResNet):
 
 def class_logits(logits):
     """The logits [N, 10] of CIFAR-10's classes: the network's, without the original's 11th."""
-    return logits[:, :tfrecord_format.NUM_CLASSES]
+    return logits[:, :cifar10.NUM_CLASSES]
 
 
 def num_units_per_stage(num_layers):

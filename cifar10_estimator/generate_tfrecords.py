@@ -15,6 +15,7 @@ import shutil
 import sys
 
 from cifar10_estimator import cli
+from cifar10_estimator import cifar10
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
@@ -85,14 +86,14 @@ def write_subsets(data_dir, subset_batches):
     """
     staged = {}
     try:
-        for subset in tfrecord_format.SUBSETS:
+        for subset in cifar10.SUBSETS:
             if subset in subset_batches:
                 staged[subset] = tfrecord_format.write_temporary_tfrecords(
                     tfrecord_format.tfrecord_path(data_dir, subset), subset_batches[subset])
         metadata = tfrecord_format.metadata_path(data_dir)
         if os.path.exists(metadata):
             os.remove(metadata)
-        for subset in tfrecord_format.SUBSETS:
+        for subset in cifar10.SUBSETS:
             path = tfrecord_format.tfrecord_path(data_dir, subset)
             if subset in staged:
                 os.replace(staged[subset][0], path)
@@ -175,7 +176,7 @@ def remove_stale_temporaries(data_dir):
     were killed outright (they never look finished, but they take space).
     """
     output_names = [os.path.basename(tfrecord_format.tfrecord_path(data_dir, subset))
-                    for subset in tfrecord_format.SUBSETS]
+                    for subset in cifar10.SUBSETS]
     stale_prefixes = tuple("." + name + "." for name in output_names) + (
         "." + cifar10_archive.BATCHES_DIRNAME + ".",)
     metadata_temporary = os.path.basename(tfrecord_format.metadata_path(data_dir)) + ".tmp"
@@ -312,7 +313,7 @@ def build_parser():
                    archive=cifar10_archive.ARCHIVE_FILENAME,
                    batches=cifar10_archive.BATCHES_DIRNAME,
                    url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5,
-                   classes=", ".join(tfrecord_format.CLASS_NAMES),
+                   classes=", ".join(cifar10.CLASS_NAMES),
                    extensions="/".join(image_folders.IMAGE_EXTENSIONS),
                    seed=image_folders.TRAIN_ORDER_SEED))
     parser.add_argument(
@@ -384,7 +385,7 @@ def main(argv):
     except OSError as error:
         raise Cifar10EstimatorError("cannot read or write %s: %s" % (
             error.filename or args.data_dir, error.strerror or error))
-    for subset in tfrecord_format.SUBSETS:
+    for subset in cifar10.SUBSETS:
         if subset in num_examples:
             print("%-10s %6d examples  %s" % (
                 subset, num_examples[subset], tfrecord_format.tfrecord_path(args.data_dir, subset)))

@@ -9,26 +9,12 @@ import dataclasses
 import json
 import os
 import typing
-import uuid
 
+from cifar10_estimator import json_file
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 HPARAMS_FILENAME = "hparams.json"
 HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
-
-# With --train-epochs the drops are placed in proportion to the run, as fractions of
-# its steps. "paper": He et al. 2016 divide by 10 at 32k and 48k of 64k iterations;
-# "tutorial": where the tutorial's drops fall in its 256 epochs (82/256, 123/256).
-PROPORTIONAL_SCHEDULES = {
-    "paper": ((0.5, 0.75), (1.0, 0.1, 0.01)),
-    "tutorial": ((82 / 256, 123 / 256), (1.0, 0.1, 0.01)),
-}
-# --learning-rate-scaling: whether model_fn.effective_learning_rate scales the base rate
-# to the global batch; the reference is the batch the tutorial's and the paper's 0.1 is for.
-LEARNING_RATE_SCALINGS = ("none", "linear")
-LEARNING_RATE_REFERENCE_BATCH_SIZE = 128
-# --precision: what the towers compute in while training (see precision.py).
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +36,22 @@ class HParams:
     num_workers: int = 1
     data_format: str = "channels_last"
     sync: bool = False
-    # None: the tutorial's schedule in epochs; E: a run of E epochs whose learning-rate
-    # drops sit in proportion to it, as learning_rate_drops (a key of
-    # PROPORTIONAL_SCHEDULES) says.
+    # The run's length (see schedule.last_step): train_steps global steps, or
+    # train_epochs epochs whose learning-rate drops sit in proportion to the run, as
+    # learning_rate_drops (a key of schedule.PROPORTIONAL_DROPS) says; neither: the
+    # tutorial's 80000 steps and drops at epochs 82, 123 and 300.
+    train_steps: typing.Optional[int] = None
     train_epochs: typing.Optional[float] = None
     learning_rate_drops: str = "paper"
-    # One of LEARNING_RATE_SCALINGS, applied by model_fn.effective_learning_rate.
+    # One of schedule.LEARNING_RATE_SCALINGS.
     learning_rate_scaling: str = "none"
-    # One of PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
+    # One of precision.PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
     precision: str = "fp32"
+
+    # Fields no flag sets: the trainer derives them from the data, the devices and the
+    # cluster (from_flags insists on exactly these).
+    DERIVED_FIELDS: typing.ClassVar[tuple] = ("num_train_examples", "num_workers",
+                                              "data_format")
 
     @property
     def examples_per_global_step(self):
@@ -71,17 +64,34 @@ class HParams:
         return self.train_batch_size * (self.num_workers if self.sync else 1)
 
     @classmethod
-    def from_flags(cls, flags, **derived):
-        """HParams from parsed flags named like the fields, plus values derived elsewhere.
+    def from_flags(cls, flag_values, **derived):
+        """HParams from the trainer's hyper-parameter flags and the fields derived elsewhere.
+
+        Every field must come from exactly one of the two, so a flag renamed without its
+        field (which would silently train on the default) fails here.
 
         Args:
-          flags: an argparse.Namespace; its attributes named like a field fill that field.
-          **derived: the fields that are not flags (e.g. num_train_examples).
+          flag_values: dict flag destination -> value, of the flags that are fields.
+          **derived: exactly the DERIVED_FIELDS.
+
+        Raises:
+          ValueError: a flag names no field, a field is set by no flag, or derived is
+            not DERIVED_FIELDS.
         """
-        values = {field.name: getattr(flags, field.name)
-                  for field in dataclasses.fields(cls) if hasattr(flags, field.name)}
-        values.update(derived)
-        return cls(**values)
+        fields = {field.name for field in dataclasses.fields(cls)}
+        problems = []
+        if set(derived) != set(cls.DERIVED_FIELDS):
+            problems.append("derived %s, expected %s" % (sorted(derived),
+                                                         sorted(cls.DERIVED_FIELDS)))
+        without_field = sorted(set(flag_values) - fields)
+        if without_field:
+            problems.append("flags with no HParams field: %s" % ", ".join(without_field))
+        without_flag = sorted(fields - set(flag_values) - set(cls.DERIVED_FIELDS))
+        if without_flag:
+            problems.append("HParams fields no flag sets: %s" % ", ".join(without_flag))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return cls(**dict(flag_values, **derived))
 
 
 DEFAULTS = HParams()
@@ -91,14 +101,9 @@ def save(job_dir, hparams):
     """Write `hparams` to job-dir/hparams.json, replacing any older file."""
     import tensorflow as tf  # here: the trainer parses its flags before TensorFlow loads
     tf.io.gfile.makedirs(job_dir)
-    path = os.path.join(job_dir, HPARAMS_FILENAME)
-    # A unique temporary: a restarted chief may write while its old self still does.
-    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
-    with tf.io.gfile.GFile(temporary, "w") as stream:
-        json.dump({"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)},
-                  stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    json_file.write_atomically(
+        os.path.join(job_dir, HPARAMS_FILENAME),
+        {"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)})
 
 
 def load(job_dir):

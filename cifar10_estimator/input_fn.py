@@ -3,7 +3,6 @@
 import tensorflow as tf
 
 from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
 
 
 def split_batch_into_towers(images, labels, num_towers):
@@ -50,10 +49,10 @@ def make_synthetic_input_fn(num_towers, batch_size, seed=0):
     """
     def random_batch(_):
         images = tf.random.uniform(
-            [batch_size, tfrecord_format.HEIGHT, tfrecord_format.WIDTH, tfrecord_format.DEPTH],
+            [batch_size, cifar10.HEIGHT, cifar10.WIDTH, cifar10.DEPTH],
             maxval=256.0, seed=seed)
         labels = tf.random.uniform(
-            [batch_size], maxval=tfrecord_format.NUM_CLASSES, dtype=tf.int32, seed=seed)
+            [batch_size], maxval=cifar10.NUM_CLASSES, dtype=tf.int32, seed=seed)
         return tf.floor(images), labels
 
     def input_fn():

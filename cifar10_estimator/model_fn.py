@@ -8,19 +8,14 @@ on the device of their variable and one optimizer update is applied.
 
 import dataclasses
 
-import numpy as np
 import tensorflow as tf
 
+from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
-from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import mixed_precision
 from cifar10_estimator import precision
-from cifar10_estimator import tfrecord_format
-
-# The tutorial's learning-rate schedule, in epochs: the ResNet paper's drops for its
-# 80000-step (256-epoch) run, and a third that run never reaches.
-LEARNING_RATE_BOUNDARY_EPOCHS = (82, 123, 300)
-LEARNING_RATE_FACTORS = (1.0, 0.1, 0.01, 0.002)
+from cifar10_estimator import schedule
 
 LOSS_LOG_EVERY_N_STEPS = 100
 EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
@@ -71,54 +66,6 @@ class TowerLayout:
             worker_device=worker_device, ps_strategy=strategy)
 
 
-def steps_per_epoch(hparams):
-    """Whole global steps in one epoch of the training set (at least 1)."""
-    return max(1, hparams.num_train_examples // hparams.examples_per_global_step)
-
-
-def train_steps_for_epochs(hparams):
-    """The global step at which hparams.train_epochs epochs end (at least 1)."""
-    return max(1, int(round(hparams.train_epochs * steps_per_epoch(hparams))))
-
-
-def learning_rate_drops(hparams):
-    """(boundaries, factors) of the piecewise-constant learning rate, in global steps.
-
-    The rate is base x factors[i] after boundaries[i - 1] and up to boundaries[i].
-    Without train_epochs: the tutorial's epochs 82, 123 and 300 (factors 1, 0.1, 0.01,
-    0.002); with it, hparams.learning_rate_drops of hparams.PROPORTIONAL_SCHEDULES placed in
-    proportion to the run's train_steps_for_epochs.
-    """
-    if hparams.train_epochs is None:
-        boundaries = [steps_per_epoch(hparams) * epoch for epoch in LEARNING_RATE_BOUNDARY_EPOCHS]
-        return boundaries, LEARNING_RATE_FACTORS
-    fractions, factors = job_hparams.PROPORTIONAL_SCHEDULES[hparams.learning_rate_drops]
-    last_step = train_steps_for_epochs(hparams)
-    return [int(round(fraction * last_step)) for fraction in fractions], factors
-
-
-def effective_learning_rate(hparams):
-    """The base learning rate the schedule starts from, after hparams.learning_rate_scaling.
-
-    'none' keeps hparams.learning_rate (the original); 'linear' multiplies it by the
-    global batch, examples_per_global_step, over the 128 the rate is meant for
-    (job_hparams.LEARNING_RATE_REFERENCE_BATCH_SIZE): Goyal et al. 2017's linear
-    scaling rule, as official/resnet applies it.
-    """
-    if hparams.learning_rate_scaling == "linear":
-        return (hparams.learning_rate * hparams.examples_per_global_step
-                / job_hparams.LEARNING_RATE_REFERENCE_BATCH_SIZE)
-    return hparams.learning_rate
-
-
-def learning_rate_schedule(global_step, hparams):
-    """The learning rate at global_step (int64 tensor), as a scalar float32 tensor."""
-    boundaries, factors = learning_rate_drops(hparams)
-    values = [effective_learning_rate(hparams) * factor for factor in factors]
-    return tf.compat.v1.train.piecewise_constant(
-        global_step, [np.int64(boundary) for boundary in boundaries], values)
-
-
 def average_gradients(tower_gradvars):
     """Average each variable's gradient over the towers, on the variable's own device.
 
@@ -145,30 +92,30 @@ def average_gradients(tower_gradvars):
     return averaged
 
 
-def _resnet_logits(images, is_training, hparams):
-    """float32 logits; the network computes in hparams.precision's type while training."""
+def _resnet_logits(images, is_training, hparams, precision_policy):
+    """float32 logits; the network computes in the policy's type while training."""
     model = cifar10_model.ResNetCifar10(
         hparams.num_layers,
         is_training=is_training,
         batch_norm_decay=hparams.batch_norm_decay,
         batch_norm_epsilon=hparams.batch_norm_epsilon,
         data_format=hparams.data_format)
-    dtype = precision.compute_dtype(hparams.precision, is_training)
+    dtype = mixed_precision.compute_dtype(precision_policy, is_training)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
-                                     custom_getter=precision.float32_variables,
+                                     custom_getter=mixed_precision.float32_variables,
                                      auxiliary_name_scope=False):
         logits = model.forward_pass(tf.cast(images, dtype), input_data_format="channels_last")
     return tf.cast(logits, tf.float32)
 
 
-def make_resnet_tower_fn(hparams):
+def make_resnet_tower_fn(hparams, precision_policy):
     """tower_fn(images, labels, is_training) -> (loss, logits) of the CIFAR-10 ResNet.
 
     The loss is the mean cross entropy of the shard plus weight decay over all
     trainable variables, as in the tutorial.
     """
     def tower_fn(images, labels, is_training):
-        logits = _resnet_logits(images, is_training, hparams)
+        logits = _resnet_logits(images, is_training, hparams, precision_policy)
         cross_entropy = tf.compat.v1.losses.sparse_softmax_cross_entropy(
             labels=labels, logits=logits, loss_collection=None)
         model_params = tf.compat.v1.trainable_variables()
@@ -187,8 +134,9 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
         its variables with tf.compat.v1.get_variable (or layers), so towers after
         the first reuse them.
       is_training: build for training (gradients, batch-norm updates).
-      loss_scale: with fp16, the scalar every tower multiplies its loss by before
-        differentiating (see precision.LossScaleOptimizer); None differentiates the loss.
+      loss_scale: with loss scaling (fp16), the scalar every tower multiplies its loss by
+        before differentiating (see mixed_precision.LossScaleOptimizer); None
+        differentiates the loss.
 
     Returns:
       (tower_losses, tower_gradvars, tower_logits, update_ops): tower_gradvars holds
@@ -222,14 +170,14 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
 
 def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
     """The momentum optimizer, unscaling fp16 gradients with `loss_scale` (a
-    precision.DynamicLossScale, or None), wrapped for synchronous replicas with --sync.
+    mixed_precision.DynamicLossScale, or None), wrapped for synchronous replicas with --sync.
 
     Returns:
       (optimizer, hooks) where hooks must run on every worker.
     """
     optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum)
     if loss_scale is not None:
-        optimizer = precision.LossScaleOptimizer(optimizer, loss_scale)
+        optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale)
     if not hparams.sync:
         return optimizer, []
     optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
@@ -251,18 +199,18 @@ def _predictions(logits):
 
     Returns:
       dict with classes (int64 [N]), class_names (string [N], from
-      tfrecord_format.CLASS_NAMES) and probabilities (float32 [N, 10]).
+      cifar10.CLASS_NAMES) and probabilities (float32 [N, 10]).
     """
     class_logits = cifar10_model.class_logits(logits)
     classes = tf.argmax(class_logits, axis=1)
     return {
         "classes": classes,
-        "class_names": tf.gather(tf.constant(tfrecord_format.CLASS_NAMES), classes),
+        "class_names": tf.gather(tf.constant(cifar10.CLASS_NAMES), classes),
         "probabilities": tf.nn.softmax(class_logits),
     }
 
 
-def _predict_spec(features, hparams):
+def _predict_spec(features, hparams, precision_policy):
     """PREDICT (and SavedModel export): one tower, whatever the number of training towers.
 
     It names no device and computes channels_last, which every device supports (the
@@ -277,7 +225,8 @@ def _predict_spec(features, hparams):
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope("resnet"):
         logits = _resnet_logits(images, False,
-                                dataclasses.replace(hparams, data_format="channels_last"))
+                                dataclasses.replace(hparams, data_format="channels_last"),
+                                precision_policy)
     predictions = _predictions(logits)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
@@ -297,16 +246,19 @@ def make_model_fn(layout, hparams):
       model_fn(features, labels, mode, config) for tf.estimator.Estimator, where
       features and labels are lists of one shard per tower (PREDICT: one batch).
     """
+    precision_policy = precision.policy(hparams.precision)
+
     def model_fn(features, labels, mode, config):
         if mode == tf.estimator.ModeKeys.PREDICT:
-            return _predict_spec(features, hparams)
+            return _predict_spec(features, hparams, precision_policy)
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         loss_scale = None
-        if is_training and hparams.precision == "fp16":
+        if is_training and precision_policy.loss_scaling:
             with tf.device(layout.consolidation_device):
-                loss_scale = precision.DynamicLossScale()
+                loss_scale = mixed_precision.DynamicLossScale()
         tower_losses, tower_gradvars, tower_logits, update_ops = build_towers(
-            features, labels, layout, make_resnet_tower_fn(hparams), is_training,
+            features, labels, layout, make_resnet_tower_fn(hparams, precision_policy),
+            is_training,
             None if loss_scale is None else loss_scale.scale)
 
         with tf.device(layout.consolidation_device):
@@ -320,7 +272,7 @@ def make_model_fn(layout, hparams):
                     mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
 
             global_step = tf.compat.v1.train.get_or_create_global_step()
-            learning_rate = learning_rate_schedule(global_step, hparams)
+            learning_rate = schedule.learning_rate_tensor(hparams, global_step)
             optimizer, optimizer_hooks = _make_optimizer(
                 learning_rate, hparams, config.is_chief if config else True, loss_scale)
             apply_op = optimizer.apply_gradients(
@@ -360,7 +312,7 @@ def _checkpoint_saver(config, loss_scale):
     config: the Estimator's RunConfig, or None (then RunConfig's defaults).
     """
     config = config or tf.estimator.RunConfig()
-    return precision.LossScaleTolerantSaver(
+    return mixed_precision.LossScaleTolerantSaver(
         loss_scale.variables, sharded=True, max_to_keep=config.keep_checkpoint_max,
         keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
         defer_build=True, save_relative_paths=True)

@@ -20,37 +20,21 @@ import tempfile
 
 import numpy as np
 
+from cifar10_estimator import cifar10
+from cifar10_estimator import json_file
 from cifar10_estimator.errors import Cifar10EstimatorError
 
-HEIGHT = 32
-WIDTH = 32
-DEPTH = 3
-IMAGE_NUM_BYTES = HEIGHT * WIDTH * DEPTH
-NUM_CLASSES = 10
-CLASS_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer",
-    "dog", "frog", "horse", "ship", "truck",
-)
+# One image's bytes in a record: CIFAR-10's HEIGHT x WIDTH x DEPTH, channel-major.
+IMAGE_NUM_BYTES = cifar10.HEIGHT * cifar10.WIDTH * cifar10.DEPTH
 
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
-
-SUBSETS = ("train", "validation", "eval")
-# Counts of the official split (data_batch_1-4 / data_batch_5 / test_batch), used
-# only when the metadata file is absent (records written by the original tutorial).
-DEFAULT_NUM_EXAMPLES = {"train": 40000, "validation": 10000, "eval": 10000}
 
 METADATA_FILENAME = "cifar10_metadata.json"
 METADATA_FORMAT = "cifar10_estimator.tfrecords/1"
 
 # Records serialized per numpy pass: bounds the extra memory to a few MB.
 _RECORDS_PER_CHUNK = 4096
-
-
-def check_subset(subset):
-    """Raises ValueError unless subset is 'train', 'validation' or 'eval'."""
-    if subset not in SUBSETS:
-        raise ValueError("subset must be one of %s, got %r" % (", ".join(SUBSETS), subset))
 
 
 def generate_command(data_dir):
@@ -60,7 +44,7 @@ def generate_command(data_dir):
 
 def tfrecord_path(data_dir, subset):
     """Path of the TFRecord file of `subset` ('train', 'validation' or 'eval') in data_dir."""
-    check_subset(subset)
+    cifar10.check_subset(subset)
     return os.path.join(data_dir, subset + ".tfrecords")
 
 
@@ -75,13 +59,8 @@ def write_metadata(data_dir, num_examples):
       data_dir: directory holding the TFRecords.
       num_examples: dict subset name -> number of examples written.
     """
-    path = metadata_path(data_dir)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as stream:
-        json.dump({"format": METADATA_FORMAT, "num_examples": dict(num_examples)},
-                  stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    os.replace(temporary, path)
+    json_file.write_atomically(metadata_path(data_dir), {
+        "format": METADATA_FORMAT, "num_examples": dict(num_examples)})
 
 
 def read_num_examples(data_dir):
@@ -117,7 +96,7 @@ def has_subset(data_dir, subset):
       ValueError: unknown subset.
       Cifar10EstimatorError: the metadata file exists but cannot be read as ours.
     """
-    check_subset(subset)
+    cifar10.check_subset(subset)
     counts = read_num_examples(data_dir)
     if counts is None:
         return os.path.isfile(tfrecord_path(data_dir, subset))
@@ -139,10 +118,10 @@ def num_examples(subset="train", data_dir=None):
         `has_subset`: a data dir converted with --validation-examples 0 has no
         validation set).
     """
-    check_subset(subset)
+    cifar10.check_subset(subset)
     counts = None if data_dir is None else read_num_examples(data_dir)
     if counts is None:
-        return DEFAULT_NUM_EXAMPLES[subset]
+        return cifar10.OFFICIAL_NUM_EXAMPLES[subset]
     if subset not in counts:
         raise Cifar10EstimatorError(
             "%s has no %s examples (%s lists none); regenerate the data with: %s" % (

@@ -128,7 +128,7 @@ def write_image_folders(root, train_per_class=5, test_per_class=2, seed=0):
       dict split folder ('train', 'test') -> list of (path relative to root, label,
       Pillow mode) in class, then file-name order.
     """
-    from cifar10_estimator import tfrecord_format
+    from cifar10_estimator import cifar10
 
     rng = np.random.RandomState(seed)
     os.makedirs(os.path.join(root, ".git"))
@@ -137,7 +137,7 @@ def write_image_folders(root, train_per_class=5, test_per_class=2, seed=0):
     written = {}
     for split, per_class in (("train", train_per_class), ("test", test_per_class)):
         written[split] = []
-        for label, class_name in enumerate(tfrecord_format.CLASS_NAMES):
+        for label, class_name in enumerate(cifar10.CLASS_NAMES):
             folder = os.path.join(root, split, class_name)
             os.makedirs(folder)
             for index in range(per_class):

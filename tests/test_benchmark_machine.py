@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cifar10_estimator import precision
+from cifar10_estimator import hardware
 from cifar10_estimator.benchmarks import machine
 from cifar10_estimator.benchmarks import training
 
@@ -56,7 +56,7 @@ def test_cpuinfo_is_read_per_processor(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\n"
                        "processor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
-    processors = precision.read_cpuinfo(str(cpuinfo))
+    processors = hardware.read_cpuinfo(str(cpuinfo))
     assert [cpu["processor"] for cpu in processors] == ["0", "1"]
     assert processors[0]["cpu family"] == "25"
 

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator import flags
 from cifar10_estimator import main as trainer
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import UsageError
@@ -122,7 +123,7 @@ def test_trainer_rejects_invalid_tf_config_in_one_line(tiny_data_dir, tmp_path, 
 
 def run_config_for(monkeypatch, tmp_path, text, *flags):
     monkeypatch.setenv("TF_CONFIG", text)
-    args = trainer.build_parser().parse_args(
+    args = flags.build_parser().parse_args(
         ["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(flags))
     return trainer.make_run_config(args, cluster.task_from_tf_config(text))
 
@@ -319,7 +320,7 @@ def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp
 def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_secs(
         tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
-    default_eval_every_secs = trainer.build_parser().get_default("eval_every_secs")
+    default_eval_every_secs = flags.build_parser().get_default("eval_every_secs")
     assert default_eval_every_secs == 600
     result = launch(tiny_data_dir, job_dir, "--train-steps", "300",
                     "--save-checkpoints-steps", "50",
@@ -384,7 +385,7 @@ def test_two_ps_hold_the_variables_and_the_checkpoint_serves_on_one_machine(
                            ["--export-dir", job_dir, image], timeout=180)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     path, class_name, probability = predicted.stdout.strip().split("\t")
-    assert path == str(image) and class_name in tfrecord_format.CLASS_NAMES
+    assert path == str(image) and class_name in cifar10.CLASS_NAMES
     assert 0.0 < float(probability) <= 1.0
 
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import model_fn, tfrecord_format
+from cifar10_estimator import cifar10, model_fn
 from cifar10_estimator.serving import evaluate
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import assert_one_line_error, run_module
@@ -60,8 +60,8 @@ def assert_consistent(results, labels):
     np.testing.assert_array_equal(matrix.sum(axis=1), np.bincount(labels, minlength=10))
     assert results["num_correct"] == np.trace(matrix)
     assert results["accuracy"] == pytest.approx(np.trace(matrix) / len(labels))
-    assert results["class_names"] == list(tfrecord_format.CLASS_NAMES)
-    for index, name in enumerate(tfrecord_format.CLASS_NAMES):
+    assert results["class_names"] == list(cifar10.CLASS_NAMES)
+    for index, name in enumerate(cifar10.CLASS_NAMES):
         entry = results["per_class"][name]
         assert entry["num_examples"] == matrix[index].sum()
         assert entry["num_correct"] == matrix[index, index]
@@ -76,9 +76,9 @@ def printed_matrix(stdout):
     """The confusion matrix as printed: a header of class names, then one row per class."""
     lines = stdout.splitlines()
     header = lines.index("confusion matrix (rows: true class, columns: predicted class):")
-    assert lines[header + 1].split() == list(tfrecord_format.CLASS_NAMES)
+    assert lines[header + 1].split() == list(cifar10.CLASS_NAMES)
     rows = [line.split() for line in lines[header + 2:header + 12]]
-    assert [row[0] for row in rows] == list(tfrecord_format.CLASS_NAMES)
+    assert [row[0] for row in rows] == list(cifar10.CLASS_NAMES)
     return np.array([[int(count) for count in row[1:]] for row in rows])
 
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import model_fn, tfrecord_format
+from cifar10_estimator import cifar10, model_fn
 from cifar10_estimator.serving import export
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import cli_env
@@ -36,7 +36,7 @@ def assert_consistent_predictions(outputs, count):
     assert (probabilities >= 0).all()
     np.testing.assert_array_equal(classes, probabilities.argmax(axis=1))
     assert [name.decode() for name in outputs["class_names"]] == [
-        tfrecord_format.CLASS_NAMES[index] for index in classes]
+        cifar10.CLASS_NAMES[index] for index in classes]
 
 
 @slow

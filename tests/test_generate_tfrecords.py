@@ -13,7 +13,7 @@ import tensorflow as tf
 from cifar_archives import (ARCHIVE_NAME, ArchiveServer, breaks_first_request_after,
                             expected_subsets, python2_pickle, read_tfrecords, write_archive)
 from cli_helpers import assert_one_line_error, run_module
-from cifar10_estimator import generate_tfrecords, tfrecord_format
+from cifar10_estimator import cifar10, generate_tfrecords, tfrecord_format
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
 from cifar10_estimator.data import image_folders
@@ -178,7 +178,7 @@ def test_cli_help_describes_the_sources_and_overrides(capsys):
                      "cifar-10-batches-py/", "train.tfrecords", "validation.tfrecords",
                      "eval.tfrecords", tfrecord_format.METADATA_FILENAME,
                      "--image-dir IMAGES", "IMAGES/train/<class>/ and IMAGES/test/<class>/",
-                     "test becomes eval.tfrecords", ", ".join(tfrecord_format.CLASS_NAMES),
+                     "test becomes eval.tfrecords", ", ".join(cifar10.CLASS_NAMES),
                      ".png/.jpg/.jpeg", "'.' (.DS_Store, ...) are skipped",
                      "grayscale is expanded to RGB", "alpha channel dropped",
                      "seed %d" % image_folders.TRAIN_ORDER_SEED,
@@ -445,7 +445,7 @@ def test_validation_examples_leaving_no_training_is_a_usage_error(
 
 def test_has_subset_follows_the_metadata_or_else_the_files(tmp_path, tiny_data_dir):
     assert all(tfrecord_format.has_subset(str(tiny_data_dir), subset)
-               for subset in tfrecord_format.SUBSETS)
+               for subset in cifar10.SUBSETS)
     # Written by the original tutorial: no metadata, only the files say what is there.
     tfrecord_format.write_tfrecords(tfrecord_format.tfrecord_path(str(tmp_path), "train"),
                                     np.zeros((1, 3072), np.uint8), [0])

@@ -1,12 +1,17 @@
 """Flag validation of the trainer: every user error is one line and a non-zero exit."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cifar_archives
 from cifar10_estimator.distributed import cluster
+from cifar10_estimator import flags
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
+from cifar10_estimator import schedule
 from cifar10_estimator.errors import UsageError
 from cli_helpers import assert_one_line_error, run_module
 
@@ -37,8 +42,8 @@ def test_help_lists_every_flag_of_the_original_and_the_new_ones():
 
 
 def test_defaults_are_the_original_tutorials():
-    args = trainer.build_parser().parse_args(["--job-dir", "j"])
-    train_steps = trainer.train_steps_of(args, trainer.job_hparams.HParams.from_flags(args))
+    parser, args = flags.parse(["--job-dir", "j"])
+    train_steps = schedule.last_step(flags.hparams_of(parser, args))
     assert (args.num_gpus, args.num_layers, train_steps, args.train_batch_size,
             args.eval_batch_size, args.momentum, args.weight_decay, args.learning_rate,
             args.batch_norm_decay, args.batch_norm_epsilon, args.variable_strategy,
@@ -52,13 +57,13 @@ def test_defaults_are_the_original_tutorials():
 @pytest.mark.parametrize("text, expected", [("false", False), ("False", False), ("0", False),
                                             ("no", False), ("true", True), ("1", True)])
 def test_use_distortion_for_training_is_a_real_boolean(text, expected):
-    args = trainer.build_parser().parse_args(
+    args = flags.build_parser().parse_args(
         ["--job-dir", "j", "--use-distortion-for-training", text])
     assert args.use_distortion_for_training is expected
 
 
 def test_thread_flags_reach_the_session_config(tmp_path):
-    args = trainer.build_parser().parse_args(
+    args = flags.build_parser().parse_args(
         ["--job-dir", str(tmp_path), "--num-gpus", "0", "--num-cpu-towers", "3",
          "--num-inter-threads", "3", "--num-intra-threads", "2"])
     session_config = trainer.make_run_config(args).session_config
@@ -122,7 +127,7 @@ def test_data_dir_flag_is_required_without_synthetic_data(tmp_path):
 
 
 def first_training_batch(data_dir, job_dir, distortion):
-    args = trainer.build_parser().parse_args(
+    args = flags.build_parser().parse_args(
         ["--data-dir", str(data_dir), "--job-dir", str(job_dir), "--num-gpus", "0",
          "--train-batch-size", "16", "--use-distortion-for-training", distortion])
     train_input_fn = trainer.make_train_input_fn(args, num_towers=1)
@@ -144,13 +149,13 @@ def test_use_distortion_for_training_false_reaches_the_input_pipeline(tmp_path):
 
 
 def test_a_ps_task_needs_neither_the_gpus_nor_the_data(tmp_path):
-    args = trainer.build_parser().parse_args(
+    args = flags.build_parser().parse_args(
         ["--job-dir", str(tmp_path / "job"), "--data-dir", str(tmp_path / "on-the-workers"),
          "--num-gpus", "4"])
     spec = {"ps": ["127.0.0.1:2220"], "chief": ["127.0.0.1:2221"]}
-    trainer.validate_flags(args, cluster.ClusterTask("ps", 0, spec))
+    flags.validate(args, cluster.ClusterTask("ps", 0, spec))
     with pytest.raises(UsageError, match="--num-gpus 4"):
-        trainer.validate_flags(args, cluster.ClusterTask("chief", 0, spec))
+        flags.validate(args, cluster.ClusterTask("chief", 0, spec))
 
 
 def test_train_steps_and_train_epochs_exclude_each_other(tmp_path):
@@ -160,30 +165,61 @@ def test_train_steps_and_train_epochs_exclude_each_other(tmp_path):
     assert_one_line_error(result, 2, "--train-epochs", "not allowed with argument --train-steps")
 
 
-@pytest.mark.parametrize("flags, expected_steps", [
+@pytest.mark.parametrize("given, expected_steps", [
     ([], 80000),
     (["--train-steps", "500"], 500),
     (["--train-epochs", "10"], 3120),
     (["--train-epochs", "10", "--train-batch-size", "64"], 6250),
 ])
-def test_the_last_step_comes_from_steps_epochs_or_the_default(flags, expected_steps):
-    args = trainer.build_parser().parse_args(["--job-dir", "j"] + flags)
-    hparams = trainer.job_hparams.HParams.from_flags(args)
-    assert trainer.train_steps_of(args, hparams) == expected_steps
+def test_the_last_step_comes_from_steps_epochs_or_the_default(given, expected_steps):
+    parser, args = flags.parse(["--job-dir", "j"] + given)
+    assert schedule.last_step(flags.hparams_of(parser, args)) == expected_steps
 
 
-@pytest.mark.parametrize("flags, workers, rate, described_as", [
+@pytest.mark.parametrize("given, workers, rate, described_as", [
     ([], 2, "0.1", "learning rate 0.1, never dropped"),
     (["--learning-rate-scaling", "linear"], 2, "0.2",
      "learning rate 0.2 (0.1 x 256/128, --learning-rate-scaling linear), never dropped"),
     (["--learning-rate-scaling", "linear", "--learning-rate", "0.05"], 4, "0.2",
      "learning rate 0.2 (0.05 x 512/128, --learning-rate-scaling linear), never dropped"),
 ])
-def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_messages, flags,
+def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_messages, given,
                                                               workers, rate, described_as):
-    args = trainer.build_parser().parse_args(["--job-dir", "j", "--sync"] + flags)
-    hparams = trainer.job_hparams.HParams.from_flags(args, num_workers=workers)
-    trainer.log_schedule(hparams, train_steps=1000, steps_given=True)
+    parser, args = flags.parse(["--job-dir", "j", "--sync", "--train-steps", "1000"] + given)
+    hparams = dataclasses.replace(flags.hparams_of(parser, args), num_workers=workers)
+    trainer.log_schedule(hparams)
     plan, warning = tensorflow_info_messages
     assert plan.endswith(described_as), plan
     assert "the rate stays %s for the whole run" % rate in warning
+
+
+def hparam_flag_values(argv=("--job-dir", "j")):
+    parser, args = flags.parse(list(argv))
+    return {name: getattr(args, name) for name in parser.hparam_destinations}
+
+
+DERIVED = {"num_train_examples": 50000, "num_workers": 1, "data_format": "channels_last"}
+
+
+def test_every_hyper_parameter_is_a_flag_or_derived_on_purpose():
+    hparams = job_hparams.HParams.from_flags(
+        hparam_flag_values(["--job-dir", "j", "--momentum", "0.8", "--train-epochs", "3"]),
+        **DERIVED)
+    assert (hparams.momentum, hparams.train_epochs, hparams.num_train_examples) == (0.8, 3, 50000)
+
+
+def test_a_renamed_flag_fails_loudly_instead_of_training_on_the_default():
+    values = hparam_flag_values()
+    values["momentum_coefficient"] = values.pop("momentum")  # the flag renamed, not the field
+    with pytest.raises(ValueError) as raised:
+        job_hparams.HParams.from_flags(values, **DERIVED)
+    assert "flags with no HParams field: momentum_coefficient" in str(raised.value)
+    assert "HParams fields no flag sets: momentum" in str(raised.value)
+
+
+def test_only_the_declared_fields_may_be_derived():
+    values = hparam_flag_values()
+    with pytest.raises(ValueError, match="derived"):
+        job_hparams.HParams.from_flags(values, **dict(DERIVED, momentum=0.5))
+    with pytest.raises(ValueError, match="derived"):
+        job_hparams.HParams.from_flags(values, num_workers=1, data_format="channels_last")

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import input_fn, model_fn, precision
+from cifar10_estimator import hardware, input_fn, mixed_precision, model_fn, precision
 from cli_helpers import assert_one_line_error, run_module
 
 TRAINER = "cifar10_estimator.main"
@@ -18,7 +18,7 @@ TINY_FLAGS = ["--num-gpus", "0", "--num-layers", "8", "--train-batch-size", "8",
 
 def this_cpu_trains_bf16():
     return precision.unsupported_reason(
-        "bf16", 0, precision.cpu_flags(), precision.onednn_enabled()) is None
+        precision.policy("bf16"), 0, hardware.cpu_flags(), hardware.onednn_enabled()) is None
 
 
 needs_bf16_cpu = pytest.mark.skipif(not this_cpu_trains_bf16(),
@@ -26,7 +26,10 @@ needs_bf16_cpu = pytest.mark.skipif(not this_cpu_trains_bf16(),
 
 
 def test_every_precision_has_a_compute_dtype():
-    assert set(precision.COMPUTE_DTYPES) == set(job_hparams.PRECISIONS)
+    assert [tf.as_dtype(precision.policy(name).compute_dtype) for name in precision.PRECISIONS] == [
+        tf.float32, tf.bfloat16, tf.float16]
+    assert [precision.policy(name).loss_scaling for name in precision.PRECISIONS] == [
+        False, False, True]
     assert job_hparams.DEFAULTS.precision == "fp32"
 
 
@@ -39,7 +42,8 @@ def test_every_precision_has_a_compute_dtype():
 ])
 def test_a_precision_the_machine_cannot_serve_names_what_to_use(
         precision_name, num_gpus, cpu_flags, onednn, gpus, fragments):
-    reason = precision.unsupported_reason(precision_name, num_gpus, cpu_flags, onednn, gpus)
+    reason = precision.unsupported_reason(precision.policy(precision_name), num_gpus, cpu_flags,
+                                          onednn, gpus)
     for fragment in fragments:
         assert fragment in reason
 
@@ -52,7 +56,8 @@ def test_a_precision_the_machine_cannot_serve_names_what_to_use(
     ("fp16", 1, set(), ((7, 0),)),
 ])
 def test_a_precision_the_machine_serves_passes(precision_name, num_gpus, cpu_flags, gpus):
-    assert precision.unsupported_reason(precision_name, num_gpus, cpu_flags, True, gpus) is None
+    assert precision.unsupported_reason(precision.policy(precision_name), num_gpus, cpu_flags,
+                                        True, gpus) is None
 
 
 @pytest.mark.parametrize("extra, env, fragments", [
@@ -160,17 +165,17 @@ def assert_unchanged(before, after):
 def test_fp16_step_with_an_overflow_in_one_tower_is_skipped_by_every_tower():
     step = Fp16Step()
     scale, good_steps, global_step = step.run(batch(0))
-    assert (scale, good_steps, global_step) == (precision.INITIAL_LOSS_SCALE, 1, 1)
+    assert (scale, good_steps, global_step) == (mixed_precision.INITIAL_LOSS_SCALE, 1, 1)
 
     before = step.values()
     overflowing = batch(1)
     overflowing[3, 0, 0, 0] = 1e6  # beyond float16's 65504, in the second tower's half
     scale, good_steps, global_step = step.run(overflowing)
     assert_unchanged(before, step.values())
-    assert (scale, good_steps, global_step) == (precision.INITIAL_LOSS_SCALE / 2, 0, 2)
+    assert (scale, good_steps, global_step) == (mixed_precision.INITIAL_LOSS_SCALE / 2, 0, 2)
 
     scale, good_steps, global_step = step.run(batch(2))
-    assert (scale, good_steps, global_step) == (precision.INITIAL_LOSS_SCALE / 2, 1, 3)
+    assert (scale, good_steps, global_step) == (mixed_precision.INITIAL_LOSS_SCALE / 2, 1, 3)
     after = step.values()
     assert any(not np.array_equal(old, new) for old, new in zip(before, after))
     assert all(np.all(np.isfinite(value)) for value in after)
@@ -179,7 +184,7 @@ def test_fp16_step_with_an_overflow_in_one_tower_is_skipped_by_every_tower():
 def test_fp16_gradients_overflowing_a_too_large_scale_lower_it_until_steps_apply(monkeypatch):
     # Scaled gradients beyond float16's range (2**40 x ~1e-2) overflow in the backward
     # pass only; the scale halves step by step until they fit, then steps apply.
-    monkeypatch.setattr(precision, "INITIAL_LOSS_SCALE", 2.0 ** 40)
+    monkeypatch.setattr(mixed_precision, "INITIAL_LOSS_SCALE", 2.0 ** 40)
     step = Fp16Step()
     before = step.values()
     scale, _, _ = step.run(batch(0))
@@ -195,7 +200,7 @@ def test_fp16_gradients_overflowing_a_too_large_scale_lower_it_until_steps_apply
 
 def loss_scale_after(finite_steps, growth_steps=3, initial_scale=8.0):
     with tf.Graph().as_default():
-        loss_scale = precision.DynamicLossScale(initial_scale, growth_steps)
+        loss_scale = mixed_precision.DynamicLossScale(initial_scale, growth_steps)
         finite = tf.compat.v1.placeholder(tf.bool, [])
         update = loss_scale.update(finite)
         with tf.compat.v1.Session() as session:
@@ -220,8 +225,8 @@ def test_the_scale_doubles_after_a_run_of_good_steps_and_halves_on_overflow(fini
 def test_minimize_through_the_loss_scale_takes_the_unscaled_step():
     with tf.Graph().as_default():
         variable = tf.compat.v1.get_variable("v", initializer=5.0, use_resource=True)
-        loss_scale = precision.DynamicLossScale(initial_scale=1024.0)
-        optimizer = precision.LossScaleOptimizer(
+        loss_scale = mixed_precision.DynamicLossScale(initial_scale=1024.0)
+        optimizer = mixed_precision.LossScaleOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
         step = optimizer.minimize(3.0 * variable)
         with tf.compat.v1.Session() as session:

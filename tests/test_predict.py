@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
 from cifar10_estimator.serving import export
 from cli_helpers import assert_one_line_error, run_module
 
@@ -40,7 +40,7 @@ def expected_ranking(export_dir, path, trained_job):
     resized = export.resize_to_cifar(image).numpy()[np.newaxis]
     probabilities = trained_job.serve_images(export_dir, resized)["probabilities"][0]
     order = np.argsort(-probabilities, kind="stable")
-    return [(tfrecord_format.CLASS_NAMES[index], probabilities[index]) for index in order]
+    return [(cifar10.CLASS_NAMES[index], probabilities[index]) for index in order]
 
 
 def parse_lines(stdout):

@@ -25,6 +25,7 @@ import tensorflow as tf
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator import generate_tfrecords
 from cifar10_estimator.data import synthetic_archive
+from cifar10_estimator import cifar10
 from cifar10_estimator import tfrecord_format
 
 IMAGES_PER_OFFICIAL_BATCH = 10000
@@ -43,7 +44,7 @@ def convert_the_original_way(archive_path, data_dir):
     with tarfile.open(archive_path, "r:gz") as archive:
         archive.extractall(data_dir)
     batches_dir = cifar10_archive.batches_dir(data_dir)
-    for subset in tfrecord_format.SUBSETS:
+    for subset in cifar10.SUBSETS:
         with tf.io.TFRecordWriter(tfrecord_format.tfrecord_path(data_dir, subset)) as writer:
             for name in cifar10_archive.SUBSET_BATCHES[subset]:
                 with tf.io.gfile.GFile(os.path.join(batches_dir, name), "rb") as stream:
@@ -95,7 +96,7 @@ def _examples_digest(data_dir):
     digest = hashlib.sha256()
     features = {tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
                 tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
-    for subset in tfrecord_format.SUBSETS:
+    for subset in cifar10.SUBSETS:
         records = tf.data.TFRecordDataset(tfrecord_format.tfrecord_path(data_dir, subset))
         for batch in records.batch(IMAGES_PER_OFFICIAL_BATCH).map(
                 lambda serialized: tf.io.parse_example(serialized, features)):

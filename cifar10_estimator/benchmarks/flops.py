@@ -14,7 +14,7 @@ from tensorflow.python.framework import ops
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import model_fn
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
 
 # Op types that do per-element work on activations but have no registered FLOPs.
 _UNCOUNTED_COMPUTE_OP_TYPES = (
@@ -44,8 +44,8 @@ def _uncounted_op_types(graph):
 
 
 def _image_batch(batch_size):
-    return tf.compat.v1.placeholder(tf.float32, [batch_size, tfrecord_format.HEIGHT,
-                                                 tfrecord_format.WIDTH, tfrecord_format.DEPTH])
+    return tf.compat.v1.placeholder(tf.float32, [batch_size, cifar10.HEIGHT,
+                                                 cifar10.WIDTH, cifar10.DEPTH])
 
 
 def count_model_flops(num_layers, batch_size, data_format="channels_last"):

@@ -106,7 +106,7 @@ def write_synthetic_train_tfrecords(data_dir, num_examples=SYNTHETIC_NUM_EXAMPLE
     rng = np.random.RandomState(seed)
     images = rng.randint(0, 256, size=(num_examples, tfrecord_format.IMAGE_NUM_BYTES),
                          dtype=np.uint8)
-    labels = rng.randint(0, tfrecord_format.NUM_CLASSES, size=num_examples)
+    labels = rng.randint(0, cifar10.NUM_CLASSES, size=num_examples)
     tfrecord_format.write_tfrecords(
         tfrecord_format.tfrecord_path(data_dir, "train"), images, labels)
     tfrecord_format.write_metadata(data_dir, {"train": num_examples})

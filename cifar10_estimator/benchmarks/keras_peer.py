@@ -100,11 +100,11 @@ def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, bat
     """Compile with the Estimator's loss, weight decay, optimizer and learning-rate schedule."""
     import tensorflow as tf
 
-    from cifar10_estimator import model_fn
+    from cifar10_estimator import schedule as run_schedule
 
     model.add_loss(lambda: weight_decay * tf.add_n(
         [tf.nn.l2_loss(variable) for variable in model.trainable_weights]))
-    boundaries, factors = model_fn.learning_rate_drops(HParams(
+    boundaries, factors = run_schedule.drops(HParams(
         learning_rate=learning_rate, train_batch_size=batch_size,
         num_train_examples=num_train_examples))
     schedule = tf.keras.optimizers.schedules.PiecewiseConstantDecay(

@@ -22,7 +22,7 @@ import platform
 import resource
 import time
 
-from cifar10_estimator import precision
+from cifar10_estimator import hardware
 
 CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
 
@@ -96,7 +96,7 @@ def describe_machine():
     """Dict describing this machine, with its derived FP32 and bf16 peaks (None if unknown)."""
     import tensorflow as tf
 
-    processors = precision.read_cpuinfo()
+    processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
     flags = set(first.get("flags", "").split())
     flops_per_cycle, isa = fp32_flops_per_cycle(

@@ -273,13 +273,14 @@ def flops_section(mode):
 
 def precisions_measured():
     """{precision: 'measured' or why not} for the precisions beyond fp32."""
-    from cifar10_estimator import precision
+    from cifar10_estimator import hardware, precision
 
+    cpu_flags, onednn_enabled = hardware.cpu_flags(), hardware.onednn_enabled()
     bf16_reason = precision.unsupported_reason(
-        "bf16", 0, precision.cpu_flags(), precision.onednn_enabled())
+        precision.policy("bf16"), 0, cpu_flags, onednn_enabled)
     return {"bf16": "not measured: " + bf16_reason if bf16_reason else "measured",
             "fp16": "not measured: " + precision.unsupported_reason(
-                "fp16", 0, precision.cpu_flags(), precision.onednn_enabled())}
+                precision.policy("fp16"), 0, cpu_flags, onednn_enabled)}
 
 
 def training_runs(depth, batch_size, with_bf16):

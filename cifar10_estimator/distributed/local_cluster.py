@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 
+from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.cli import (ArgumentParser, non_negative_float, non_negative_int,
                                    positive_float, positive_int, run_command)
@@ -293,9 +294,9 @@ def validate_trainer_flags(trainer_args):
     Raises:
       UsageError: naming the flag at fault.
     """
-    from cifar10_estimator import main as trainer
     try:
-        trainer.validate_flags(trainer.build_parser().parse_args(trainer_args))
+        _, args = trainer_flags.parse(trainer_args)
+        trainer_flags.validate(args)
     except UsageError as error:
         raise UsageError("trainer flags (after --): %s" % error)
 

@@ -8,19 +8,19 @@ the exported model (argmax over the 10 real classes, see model_fn._predictions).
 """
 
 import argparse
-import json
 import sys
 
 import numpy as np
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
+from cifar10_estimator import json_file
 from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError
 
-CLASS_NAMES = tfrecord_format.CLASS_NAMES
-NUM_CLASSES = tfrecord_format.NUM_CLASSES
+CLASS_NAMES = cifar10.CLASS_NAMES
+NUM_CLASSES = cifar10.NUM_CLASSES
 
 
 def build_parser():
@@ -187,15 +187,6 @@ def _global_step(checkpoint):
     return int(reader.get_tensor("global_step"))
 
 
-def write_json(path, results):
-    try:
-        with open(path, "w") as stream:
-            json.dump(results, stream, indent=2, sort_keys=True)
-            stream.write("\n")
-    except OSError as error:
-        raise Cifar10EstimatorError("cannot write %s (%s)" % (path, error.strerror or error))
-
-
 def main(argv):
     args = build_parser().parse_args(argv)
     quiet_tensorflow_logs("2", "ERROR")
@@ -208,7 +199,7 @@ def main(argv):
                    subset=args.subset, data_dir=args.data_dir)
     print(format_report(results))
     if args.json:
-        write_json(args.json, results)
+        json_file.write_atomically(args.json, results)
 
 
 def console_main():

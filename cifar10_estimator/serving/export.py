@@ -18,7 +18,7 @@ import os
 
 import tensorflow as tf
 
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 EXPORT_SUBDIR = "export"
@@ -33,7 +33,7 @@ SERVING_SIGNATURE = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 # The Estimator names the signature of a receiver alternative "<alternative>:<output key>".
 IMAGE_BYTES_SIGNATURE = "%s:%s" % (IMAGE_BYTES_KEY, SERVING_SIGNATURE)
 
-_IMAGE_SHAPE = [tfrecord_format.HEIGHT, tfrecord_format.WIDTH, tfrecord_format.DEPTH]
+_IMAGE_SHAPE = [cifar10.HEIGHT, cifar10.WIDTH, cifar10.DEPTH]
 
 
 def resize_to_cifar(image):
@@ -44,14 +44,14 @@ def resize_to_cifar(image):
     the CIFAR images the model was trained on.
     """
     resized = tf.image.resize(
-        image, [tfrecord_format.HEIGHT, tfrecord_format.WIDTH], method="bilinear",
+        image, [cifar10.HEIGHT, cifar10.WIDTH], method="bilinear",
         antialias=True)
     return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
 
 
 def decode_and_resize(encoded_image):
     """Decode one PNG, JPEG, GIF (first frame) or BMP string to uint8 RGB [32, 32, 3]."""
-    image = tf.io.decode_image(encoded_image, channels=tfrecord_format.DEPTH,
+    image = tf.io.decode_image(encoded_image, channels=cifar10.DEPTH,
                                expand_animations=False)
     return resize_to_cifar(image)
 

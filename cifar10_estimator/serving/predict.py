@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator import cifar10
 from cifar10_estimator.cli import (ArgumentParser, first_line, invoked_program,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
@@ -67,7 +67,7 @@ def top_classes(probabilities, k):
     Ties keep class order, so the first entry is the signature's argmax class.
     """
     order = np.argsort(-probabilities, kind="stable")[:k]
-    return [(tfrecord_format.CLASS_NAMES[index], float(probabilities[index]))
+    return [(cifar10.CLASS_NAMES[index], float(probabilities[index]))
             for index in order]
 
 
@@ -88,7 +88,7 @@ def classify_file(signature, path):
     try:
         # Decoded here first, as the signature will, so that only a bad image is blamed
         # on the image (the signature's errors come as multi-line graph traces).
-        tf.io.decode_image(encoded, channels=tfrecord_format.DEPTH, expand_animations=False)
+        tf.io.decode_image(encoded, channels=cifar10.DEPTH, expand_animations=False)
     except tf.errors.InvalidArgumentError:
         raise Cifar10EstimatorError(
             "%s: cannot decode it: not a PNG, JPEG, GIF or BMP image, or damaged" % path)
@@ -98,9 +98,9 @@ def classify_file(signature, path):
 
 def main(argv):
     args = build_parser().parse_args(argv)
-    if not 1 <= args.top_k <= tfrecord_format.NUM_CLASSES:
+    if not 1 <= args.top_k <= cifar10.NUM_CLASSES:
         raise UsageError("--top-k must be between 1 and %d, got %d"
-                         % (tfrecord_format.NUM_CLASSES, args.top_k))
+                         % (cifar10.NUM_CLASSES, args.top_k))
     # One C++ warning per undecodable image would drown the output.
     quiet_tensorflow_logs("2", "ERROR")
 

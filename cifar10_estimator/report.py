@@ -1,4 +1,4 @@
-"""What a finished training run reports: its one test evaluation, and what to do next.
+"""The end of a training run: its one test evaluation, test_results.json, the closing summary.
 
 Evaluations during training pick the best export on the validation set; the test set
 is used once, on the final checkpoint, so that its accuracy is an honest estimate.
@@ -6,9 +6,9 @@ That evaluation goes to job-dir/eval_test/ (the Estimator's folder for an evalua
 named "test"), one log line and job-dir/test_results.json.
 """
 
-import json
 import os
-import uuid
+
+from cifar10_estimator import json_file
 
 TEST_EVAL_NAME = "test"
 TEST_RESULTS_FILENAME = "test_results.json"
@@ -42,15 +42,7 @@ def test_results(metrics, num_examples, checkpoint):
 
 def write_test_results(job_dir, results):
     """Write `results` to job-dir/test_results.json atomically; returns its path."""
-    import tensorflow as tf
-
-    path = os.path.join(job_dir, TEST_RESULTS_FILENAME)
-    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
-    with tf.io.gfile.GFile(temporary, "w") as stream:
-        json.dump(results, stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
-    return path
+    return json_file.write_atomically(os.path.join(job_dir, TEST_RESULTS_FILENAME), results)
 
 
 def _newest_export(job_dir, exporter_name):

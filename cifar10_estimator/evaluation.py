@@ -1,11 +1,14 @@
-"""The evaluator task: evaluate new checkpoints as training writes them, the final one at once.
+"""Evaluations beside training: one checkpoint with its exports, and the evaluator task's loop.
 
-tf.estimator's evaluator sleeps up to throttle_secs (--eval-every-secs, 600 s by
-default) after each evaluation, so a final checkpoint written during that sleep waits
-for it. This loop looks for a new checkpoint every CHECKPOINT_POLL_SECS instead: it
-evaluates one once --eval-every-secs have passed since the last evaluation started, and
-the final one (global step >= the last training step) as soon as it appears. Each
-evaluation and export is the one tf.estimator's evaluator makes.
+evaluate_and_export is what tf.estimator's evaluator does with one checkpoint; the
+trainer also calls it for a job whose training was already done. evaluate_until_final
+is a cluster's evaluator task. tf.estimator's own evaluator sleeps up to throttle_secs
+(--eval-every-secs, 600 s by default) after each evaluation, so a final checkpoint
+written during that sleep waits for it. This loop looks for a new checkpoint every
+CHECKPOINT_POLL_SECS instead: it evaluates one once --eval-every-secs have passed since
+the last evaluation started, and the final one (global step >= the last training step)
+as soon as it appears. Each evaluation and export is the one tf.estimator's evaluator
+makes.
 """
 
 import os

@@ -1,0 +1,126 @@
+"""The learning rate over a run: the step it ends at, and the rate at every step.
+
+Given HParams, this module answers every question about the schedule: the last step,
+the rate at any step (as a tensor for the graph, as plain numbers for the log and the
+tests), and the one line the log prints about it. Nothing else computes a rate.
+
+The tutorial trains 80000 global steps and multiplies its base rate by 0.1, 0.01 and
+0.002 after epochs 82, 123 and 300: the ResNet paper's drops at 32k and 48k of its 64k
+iterations, placed for a 256-epoch run (the third is never reached). With train_epochs
+the run is E epochs long and the drops sit in proportion to it (`PROPORTIONAL_DROPS`).
+Imports no TensorFlow until a tensor is asked for, so the flags can name these values.
+"""
+
+import bisect
+
+# The tutorial's run when neither train_steps nor train_epochs is given.
+TUTORIAL_TRAIN_STEPS = 80000
+TUTORIAL_DROP_EPOCHS = (82, 123, 300)
+TUTORIAL_DROP_FACTORS = (1.0, 0.1, 0.01, 0.002)
+
+# With train_epochs the drops are placed as fractions of the run's steps: (fractions,
+# factors). "paper": He et al. 2016 divide by 10 at 32k and 48k of 64k iterations;
+# "tutorial": where the tutorial's drops fall in its 256 epochs (82/256, 123/256).
+PROPORTIONAL_DROPS = {
+    "paper": ((0.5, 0.75), (1.0, 0.1, 0.01)),
+    "tutorial": ((82 / 256, 123 / 256), (1.0, 0.1, 0.01)),
+}
+
+# Whether the base rate follows the global batch. The reference is the batch the
+# tutorial's and the paper's 0.1 is meant for.
+LEARNING_RATE_SCALINGS = ("none", "linear")
+REFERENCE_BATCH_SIZE = 128
+
+
+def steps_per_epoch(hparams):
+    """Whole global steps in one epoch of the training set (at least 1)."""
+    return max(1, hparams.num_train_examples // hparams.examples_per_global_step)
+
+
+def last_step(hparams):
+    """The global step training stops at: train_steps, train_epochs' steps, or the tutorial's."""
+    if hparams.train_steps is not None:
+        return hparams.train_steps
+    if hparams.train_epochs is not None:
+        return max(1, int(round(hparams.train_epochs * steps_per_epoch(hparams))))
+    return TUTORIAL_TRAIN_STEPS
+
+
+def drops(hparams):
+    """(boundaries, factors) of the piecewise-constant rate, boundaries in global steps.
+
+    The rate is base x factors[i] after boundaries[i - 1] and up to boundaries[i].
+    """
+    if hparams.train_epochs is None:
+        epoch_steps = steps_per_epoch(hparams)
+        return [epoch_steps * epoch for epoch in TUTORIAL_DROP_EPOCHS], TUTORIAL_DROP_FACTORS
+    fractions, factors = PROPORTIONAL_DROPS[hparams.learning_rate_drops]
+    return [int(round(fraction * last_step(hparams))) for fraction in fractions], factors
+
+
+def base_learning_rate(hparams):
+    """The rate the schedule starts from: learning_rate, scaled to the global batch if asked.
+
+    'none' keeps hparams.learning_rate (the original); 'linear' multiplies it by the
+    global batch over REFERENCE_BATCH_SIZE, Goyal et al. 2017's rule as official/resnet
+    applies it.
+    """
+    if hparams.learning_rate_scaling == "linear":
+        return hparams.learning_rate * hparams.examples_per_global_step / REFERENCE_BATCH_SIZE
+    return hparams.learning_rate
+
+
+def learning_rate_at(hparams, step):
+    """The rate at global step `step`, as a float (what learning_rate_tensor computes)."""
+    boundaries, factors = drops(hparams)
+    return base_learning_rate(hparams) * factors[bisect.bisect_left(boundaries, step)]
+
+
+def learning_rate_tensor(hparams, global_step):
+    """The rate at global_step (an int64 tensor), as a scalar float32 tensor."""
+    import numpy as np
+    import tensorflow as tf
+    boundaries, factors = drops(hparams)
+    base = base_learning_rate(hparams)
+    return tf.compat.v1.train.piecewise_constant(
+        global_step, [np.int64(boundary) for boundary in boundaries],
+        [base * factor for factor in factors])
+
+
+def base_learning_rate_text(hparams):
+    """The base rate for the log, with its arithmetic when it was scaled.
+
+    E.g. '0.1', or '0.2 (0.1 x 256/128, --learning-rate-scaling linear)'.
+    """
+    rate = base_learning_rate(hparams)
+    if hparams.learning_rate_scaling == "none":
+        return "%g" % rate
+    return "%g (%g x %d/%d, --learning-rate-scaling %s)" % (
+        rate, hparams.learning_rate, hparams.examples_per_global_step, REFERENCE_BATCH_SIZE,
+        hparams.learning_rate_scaling)
+
+
+def describe(hparams):
+    """The log's one line about the run's length and its learning rate."""
+    end = last_step(hparams)
+    boundaries, factors = drops(hparams)
+    drop_text = ", ".join("x%g after step %d" % (factor, boundary)
+                          for boundary, factor in zip(boundaries, factors[1:])
+                          if boundary < end)
+    return ("Training to step %d (%.1f epochs of %d examples at %d per step); learning rate "
+            "%s, %s") % (
+        end, end / steps_per_epoch(hparams), hparams.num_train_examples,
+        hparams.examples_per_global_step, base_learning_rate_text(hparams),
+        drop_text or "never dropped")
+
+
+def never_drops_warning(hparams):
+    """A warning when --train-steps ends before the tutorial's first drop, else None."""
+    boundaries, _ = drops(hparams)
+    if hparams.train_steps is None or hparams.train_steps > boundaries[0]:
+        return None
+    return ("--train-steps %d ends before the first learning-rate drop (after step %d, epoch "
+            "%d): the rate stays %g for the whole run. To fit the drops into a shorter run, "
+            "give --train-epochs E instead of --train-steps."
+            % (hparams.train_steps, boundaries[0], TUTORIAL_DROP_EPOCHS[0],
+               base_learning_rate(hparams)))
