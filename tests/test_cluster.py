@@ -121,10 +121,10 @@ def test_trainer_rejects_invalid_tf_config_in_one_line(tiny_data_dir, tmp_path, 
 
 # Session settings and the ps watchdog, in-process.
 
-def run_config_for(monkeypatch, tmp_path, text, *flags):
+def run_config_for(monkeypatch, tmp_path, text, *given):
     monkeypatch.setenv("TF_CONFIG", text)
     args = flags.build_parser().parse_args(
-        ["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(flags))
+        ["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(given))
     return trainer.make_run_config(args, cluster.task_from_tf_config(text))
 
 
