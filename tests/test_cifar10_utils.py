@@ -1,4 +1,5 @@
-"""Training helpers: the examples/sec hook, local device setters, greedy load balancing."""
+"""Training helpers: the examples/sec hook, the run's progress, local device setters, greedy
+load balancing."""
 
 import re
 import time
@@ -105,6 +106,97 @@ def test_examples_per_second_hook_needs_a_global_step():
     hook = cifar10_utils.ExamplesPerSecondHook(32)
     with tf.Graph().as_default(), pytest.raises(RuntimeError, match="global step"):
         hook.begin()
+
+
+class FakeClock:
+    """A clock for RunProgress that moves only when told to."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, secs):
+        self.now += secs
+
+
+@pytest.mark.parametrize("secs, text", [
+    (0.4, "about 0 s"), (45, "about 45 s"), (89, "about 89 s"), (90, "about 2 min"),
+    (21 * 60 + 10, "about 21 min"), (3569, "about 59 min"), (3600, "about 1 h"),
+    (95 * 60, "about 1 h 35 min"),
+])
+def test_durations_read_as_a_person_would_say_them(secs, text):
+    assert cifar10_utils.duration_text(secs) == text
+
+
+def test_progress_line_gives_steps_percent_rate_and_time_to_go():
+    clock = FakeClock()
+    progress = cifar10_utils.RunProgress(last_step=10530, examples_per_global_step=128,
+                                         clock=clock)
+    progress.record(4000)
+    clock.advance(50)
+    progress.record(4200)  # 4 global steps/sec of 128 examples
+    estimate = progress.estimate()
+    assert estimate == cifar10_utils.ProgressEstimate(
+        4200, 10530, examples_per_sec=512, seconds_to_go=(10530 - 4200) / 4)
+    assert cifar10_utils.progress_line(estimate) == (
+        "step 4200/10530 (40 %), 512 examples/sec, about 26 min to go")
+
+
+def test_time_to_go_is_not_known_before_a_stretch_of_training():
+    clock = FakeClock()
+    progress = cifar10_utils.RunProgress(last_step=10530, examples_per_global_step=128,
+                                         clock=clock)
+    progress.record(30)
+    assert cifar10_utils.progress_line(progress.estimate()) == (
+        "step 30/10530 (0 %), time to go not known yet")
+    clock.advance(20)
+    progress.pause(30)  # paused before a single step: still no rate
+    assert progress.estimate().seconds_to_go is None
+
+
+def test_time_to_go_follows_the_recent_rate_not_the_rate_since_the_start():
+    clock = FakeClock()
+    progress = cifar10_utils.RunProgress(last_step=1000, examples_per_global_step=128,
+                                         window_secs=300, clock=clock)
+    global_step = 0
+    progress.record(global_step)
+    for secs, steps in [(60, 10)] * 20 + [(40, 40)] * 10:  # 1200 s slow, then 400 s fast
+        clock.advance(secs)
+        global_step += steps
+        progress.record(global_step)
+    # The newest intervals spanning 300 s are all fast: 1 global step/sec. Since the
+    # start it would be 600 steps in 1600 s, and 1067 s to go.
+    estimate = progress.estimate()
+    assert estimate.examples_per_sec == 128
+    assert estimate.seconds_to_go == 400
+
+
+def test_time_outside_training_raises_time_to_go_in_proportion():
+    def estimate_after(evaluation_secs):
+        clock = FakeClock()
+        progress = cifar10_utils.RunProgress(last_step=1000, examples_per_global_step=128,
+                                             window_secs=300, clock=clock)
+        progress.record(0)
+        for global_step in range(50, 301, 50):  # 300 s of training at 1 step/sec
+            clock.advance(50)
+            progress.record(global_step)
+        progress.pause(300)
+        clock.advance(evaluation_secs)
+        progress.pause(300)  # a second pause (the session's end) changes nothing
+        progress.record(300)
+        for global_step in (350, 400):
+            clock.advance(50)
+            progress.record(global_step)
+        return progress.estimate()
+
+    without_evaluation, with_evaluation = estimate_after(0), estimate_after(100)
+    assert without_evaluation.seconds_to_go == 600
+    # The evaluation did not slow the training rate, but it took 100 s of the 500 s
+    # so far: the 600 s of training to go are expected to take 500 / 400 as long.
+    assert with_evaluation.examples_per_sec == without_evaluation.examples_per_sec == 128
+    assert with_evaluation.seconds_to_go == 600 * 500 / 400
 
 
 def cpu_session(graph, num_cpus):
