@@ -129,8 +129,9 @@ class ProgressEstimate:
 class RunProgress:
     """The global steps and wall time of a whole training run, and the time it has to go.
 
-    Create one per training process: a session's hooks live for one training
-    session, while the recent rate and the time spent in evaluations span the run.
+    Create one per training process and hand it to every ProgressHook and
+    ProgressCheckpointListener: a hook lives for one training session, while the
+    recent rate and the time spent in evaluations span the run.
 
     Time is either training (between two points of one stretch of training) or
     outside it (from a pause to the point that resumes training: evaluations, and
@@ -243,6 +244,96 @@ def progress_line(estimate):
         return where + ", time to go not known yet"
     return "%s, %.0f examples/sec, %s to go" % (where, estimate.examples_per_sec,
                                                  duration_text(estimate.seconds_to_go))
+
+
+class ProgressHook(tf.compat.v1.train.SessionRunHook):
+    """Logs where the run is and when it ends every N global steps and when its session ends.
+
+    The line (see progress_line) is the run's, from the global step: in a cluster
+    every worker logs the cluster's progress and rate, and the time until the global
+    step reaches the last step, whichever workers make the steps. (Each worker's own
+    rate is ExamplesPerSecondHook's line.) Per step the hook only fetches the global
+    step and compares it; it records a point for RunProgress at each line, and at the
+    first step of a session or after an evaluation, which resumes the clock.
+    """
+
+    def __init__(self, progress, every_n_steps=100):
+        """Args:
+          progress: the run's RunProgress, shared by every session of the process.
+          every_n_steps: log when the global step reaches a multiple of this.
+        """
+        self._progress = progress
+        self._every_n_steps = every_n_steps
+        self._global_step = None
+        self._next_log_step = 0  # the session's first step records a point
+        self._newest_global_step = None
+        self._logged_global_step = None
+
+    def begin(self):
+        self._global_step = tf.compat.v1.train.get_global_step()
+        if self._global_step is None:
+            raise RuntimeError("ProgressHook needs a global step; create one with "
+                               "tf.compat.v1.train.get_or_create_global_step()")
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        global_step = self._newest_global_step = run_values.results
+        if global_step < self._next_log_step and self._progress.running:
+            return
+        # Not running: the session's first step, or the first after an evaluation,
+        # whose point resumes the clock and has no new line to tell.
+        resuming = not self._progress.running
+        self._progress.record(global_step)
+        if not resuming:
+            self._log_progress()
+        # In a cluster the global step also moves by other workers' steps, so it
+        # passes the multiples rather than hitting each one.
+        self._next_log_step = ((self._progress.global_step // self._every_n_steps + 1)
+                               * self._every_n_steps)
+
+    def end(self, session):
+        if self._newest_global_step is None or not self._progress.running:
+            return  # no step was run, or the final checkpoint's listener paused and logged
+        # The newest global step seen, not a fetch: in a cluster the parameter servers
+        # may already be gone when a worker's session ends.
+        self._progress.pause(self._newest_global_step)
+        if self._progress.global_step != self._logged_global_step:
+            self._log_progress()
+
+    def _log_progress(self):
+        tf.compat.v1.logging.info(progress_line(self._progress.estimate()))
+        self._logged_global_step = self._progress.global_step
+
+
+class ProgressCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
+    """Pauses the run's progress at each checkpoint and logs its line: an evaluation may follow.
+
+    tf.estimator.train_and_evaluate on one machine evaluates inside the training
+    session, from its own listener right after this one (TrainSpec.saving_listeners
+    come first); the next ProgressHook step resumes the clock, so the evaluation
+    counts as time outside training instead of slowing the rate.
+    """
+
+    def __init__(self, progress):
+        """Args:
+          progress: the run's RunProgress.
+        """
+        self._progress = progress
+
+    def after_save(self, session, global_step_value):
+        self._pause_and_log(global_step_value)
+
+    def end(self, session, global_step_value):
+        self._pause_and_log(global_step_value)
+
+    def _pause_and_log(self, global_step):
+        # Not running: the first checkpoint, written before any step, or the final one
+        # seen twice (its save and the end of saving).
+        if self._progress.running:
+            self._progress.pause(global_step)
+            tf.compat.v1.logging.info(progress_line(self._progress.estimate()))
 
 
 class SyncReplicasChiefHook(tf.compat.v1.train.SessionRunHook):
