@@ -18,6 +18,7 @@ from cifar10_estimator import precision
 from cifar10_estimator import schedule
 
 LOSS_LOG_EVERY_N_STEPS = 100
+PROGRESS_LOG_EVERY_N_STEPS = 100
 EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
 NUM_SUMMARY_IMAGES = 3
 
@@ -235,12 +236,14 @@ def _predict_spec(features, hparams, precision_policy):
                         tf.estimator.export.PredictOutput(predictions)})
 
 
-def make_model_fn(layout, hparams):
+def make_model_fn(layout, hparams, progress=None):
     """An Estimator model_fn training `hparams` on the towers of `layout`.
 
     Args:
       layout: TowerLayout, the towers and variable placement.
       hparams: HParams.
+      progress: the run's cifar10_utils.RunProgress, for training to log where it is
+        and when it ends; None logs no progress.
 
     Returns:
       model_fn(features, labels, mode, config) for tf.estimator.Estimator, where
@@ -299,6 +302,9 @@ def make_model_fn(layout, hparams):
                 examples_per_global_step=(
                     hparams.examples_per_global_step if hparams.num_workers > 1 else None)),
         ]
+        if progress is not None:
+            hooks.append(cifar10_utils.ProgressHook(
+                progress, every_n_steps=PROGRESS_LOG_EVERY_N_STEPS))
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
             training_hooks=hooks, eval_metric_ops=metrics, scaffold=scaffold)

@@ -273,6 +273,11 @@ def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, t
                for line in task_lines(result.stdout, "evaluator"))
     assert_only_the_chief_saves(result.stdout, job_dir)
     assert_trainer_rates_add_up_to_the_cluster_rate(result.stdout, ["chief", "worker0"])
+    # Every trainer says where the cluster's run is, in global steps of the cluster.
+    for task in ("chief", "worker0"):
+        assert any(re.search(r"step \d+/1000 \(\d+ %\), (\d+ examples/sec, about .* to go|"
+                             r"time to go not known yet)$", line)
+                   for line in task_lines(result.stdout, task)), task
 
 
 PLACEMENT = re.compile(r"(?:\] )?(\S+): \((\w+)\): (/job:\S+)$")

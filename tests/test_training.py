@@ -53,6 +53,9 @@ def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
     result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "15"))
     assert_trained_and_evaluated(result, job_dir, 15)
     assert "Final evaluation:" in result.stderr
+    # Where the run is and when it ends, at least when its last checkpoint is written.
+    assert re.search(r"step 15/15 \(100 %\), \d+ examples/sec, about 0 s to go$",
+                     result.stderr, re.M), result.stderr[-3000:]
 
 
 def test_validation_during_training_and_one_test_evaluation_at_the_end(tiny_data_dir, tmp_path):
