@@ -21,6 +21,19 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache_of_the_session(tmp_path_factory):
+    """A cache directory of the test session's own (the trainer keeps its measured precision
+    speeds there), so tests neither read nor write the user's."""
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+    yield
+    if previous is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
+
+
 @pytest.fixture
 def http_root(tmp_path):
     """(directory, base_url): files put in directory are served over HTTP on 127.0.0.1."""
