@@ -31,14 +31,16 @@ def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, exp
     assert flops == expected, isa
 
 
-@pytest.mark.parametrize("flags, fp32_flops, expected", [
-    (AVX512 | {"avx512_bf16"}, 32, 64),   # Zen 4: dot products on the same half-width pipes
-    (AVX512 | {"avx512_bf16"}, 64, 128),  # Zen 5
-    (AVX512 | {"avx512_bf16", "amx_bf16"}, 64, 1024),
-    (AVX512, 64, None),
+@pytest.mark.parametrize("flags, fp32_flops, vendor, expected", [
+    (AVX512 | {"avx512_bf16"}, 32, "AuthenticAMD", 64),   # Zen 4: on the half-width FMA pipes
+    (AVX512 | {"avx512_bf16"}, 64, "AuthenticAMD", 128),  # Zen 5
+    (AVX512 | {"avx512_bf16"}, 64, "GenuineIntel", 64),   # Xeon without AMX: not 2x
+    (AVX512 | {"avx512_bf16", "amx_bf16"}, 64, "GenuineIntel", 1024),
+    (AVX512, 64, "GenuineIntel", None),
 ])
-def test_bf16_flops_per_cycle_double_fp32_with_avx512_bf16(flags, fp32_flops, expected):
-    flops, instructions = machine.bf16_flops_per_cycle(flags, fp32_flops)
+def test_bf16_flops_per_cycle_follow_the_vendors_dot_product_units(flags, fp32_flops, vendor,
+                                                                    expected):
+    flops, instructions = machine.bf16_flops_per_cycle(flags, fp32_flops, vendor)
     assert flops == expected, instructions
 
 

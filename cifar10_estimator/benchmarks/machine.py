@@ -10,8 +10,14 @@ two vector FMA pipes per core (true of Intel since Haswell and AMD since Zen 2):
 except on AMD Zen 4 (cpu family 25 with avx512f), which runs each 512-bit instruction
 as two halves on its two 256-bit FMA pipes: 32, as with AVX2.
 The bf16 peak: AVX512_BF16's dot product (vdpbf16ps) does two bfloat16 multiply-adds per
-32-bit lane where an FMA does one float32, on the same pipes: twice the FP32 peak. AMX
-(amx_bf16) multiplies tiles: 1024 bf16 FLOPs per cycle per core (Intel's figure).
+32-bit lane where an FMA does one float32. On AMD (Zen 4, Zen 5) it issues on the same
+pipes as the FMAs: twice the FP32 peak. On Intel cores without AMX it is taken as one
+512-bit dot product per cycle (one port, where FP32 FMAs have two on server cores): the
+FP32 peak, not twice it. That is an assumption, labelled as such in the machine record;
+what was measured agrees with it: on an Intel Xeon (cpu family 6, model 207) oneDNN's
+avx512_core_bf16 convolutions ran forward about as fast as fp32 and backward about 2x
+slower. AMX (amx_bf16) multiplies tiles: 1024 bf16 FLOPs per cycle per core (Intel's
+figure).
 The clock is cpufreq's maximum where the kernel exposes it, else the `cpu MHz` that
 /proc/cpuinfo reports (on a VM, the host's nominal clock).
 """
@@ -77,13 +83,16 @@ def fp32_flops_per_cycle(flags, vendor="", family=""):
     return 2, "scalar"
 
 
-def bf16_flops_per_cycle(flags, fp32_flops):
+def bf16_flops_per_cycle(flags, fp32_flops, vendor=""):
     """(bf16 FLOPs per cycle per core, instructions), or (None, reason) without bf16 ones."""
     if "amx_bf16" in flags:
         return AMX_BF16_FLOPS_PER_CYCLE, "AMX tiles"
-    if "avx512_bf16" in flags:
-        return 2 * fp32_flops, "AVX512_BF16 dot products, 2x the FP32 FMA rate"
-    return None, "no bfloat16 instructions"
+    if "avx512_bf16" not in flags:
+        return None, "no bfloat16 instructions"
+    if vendor == "GenuineIntel":
+        return fp32_flops, ("AVX512_BF16 dot products without AMX, assumed one per cycle on "
+                            "one port: the FP32 FMA rate")
+    return 2 * fp32_flops, "AVX512_BF16 dot products on the FMA pipes, 2x the FP32 FMA rate"
 
 
 def cpu_identity(machine):
@@ -104,7 +113,8 @@ def describe_machine():
     clock_mhz, clock_source = _clock_mhz(processors)
     cores = _usable_cores(processors)
     peak = cores * clock_mhz * 1e6 * flops_per_cycle if clock_mhz else None
-    bf16_flops, bf16_instructions = bf16_flops_per_cycle(flags, flops_per_cycle)
+    bf16_flops, bf16_instructions = bf16_flops_per_cycle(flags, flops_per_cycle,
+                                                         first.get("vendor_id", ""))
     bf16_peak = cores * clock_mhz * 1e6 * bf16_flops if clock_mhz and bf16_flops else None
     return {
         "cpu_model": first.get("model name", platform.processor() or "unknown"),
