@@ -112,7 +112,8 @@ def test_after_a_restart_the_best_export_is_replaced_only_by_a_better_model(tmp_
 def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
     hparams = job_hparams.load(trained_job.job_dir)
     assert hparams == job_hparams.HParams(
-        num_layers=8, train_batch_size=8, num_train_examples=64, data_format="channels_last")
+        num_layers=8, train_batch_size=8, num_train_examples=64, data_format="channels_last",
+        train_steps=10)
 
 
 def test_load_hparams_names_the_missing_file(tmp_path):
