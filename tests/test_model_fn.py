@@ -136,8 +136,8 @@ def test_variable_strategy_gpu_spreads_variables_over_the_towers_by_size():
         images = tf.zeros([4, 32, 32, 3])
         labels = tf.zeros([4], tf.int32)
         image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, 2)
-        model_fn.build_towers(image_shards, label_shards, layout,
-                              model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32")), is_training=True)
+        tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+        model_fn.build_towers(image_shards, label_shards, layout, tower_fn, is_training=True)
         variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
     bytes_on = {}
     for variable in variables:
@@ -156,7 +156,8 @@ def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variab
         images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
         labels = tf.constant([3, 7])
         with tf.compat.v1.variable_scope("resnet"):
-            loss, logits = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))(images, labels, True)
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+            loss, logits = tower_fn(images, labels, True)
         cross_entropy = tf.reduce_mean(
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         squares = tf.add_n([tf.reduce_sum(tf.square(v))
