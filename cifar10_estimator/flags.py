@@ -17,8 +17,8 @@ from cifar10_estimator import report
 from cifar10_estimator import schedule
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator import cli
-from cifar10_estimator.cli import (ArgumentParser, non_negative_int, parse_bool, positive_float,
-                                   positive_int)
+from cifar10_estimator.cli import (ArgumentParser, non_negative_float, non_negative_int,
+                                   parse_bool, positive_float, positive_int)
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -102,6 +102,17 @@ def build_parser():
            help="With --train-epochs: where the rate drops. paper: /10 at 50%% and 75%% of "
                 "the run (He et al. 2016); tutorial: /10 at 32%% and 48%% (the tutorial's "
                 "epochs 82 and 123 of 256).")
+    hparam(model, "--learning-rate-schedule", choices=schedule.SHAPES,
+           default=DEFAULTS.learning_rate_schedule,
+           help="Shape of the rate over the run. piecewise: the drops above (the original). "
+                "cosine: a half cosine from the base rate to 0 at the last step. linear: a "
+                "straight line to 0 at the last step. Both work with --train-steps or "
+                "--train-epochs.")
+    hparam(model, "--warmup-epochs", type=non_negative_float, default=DEFAULTS.warmup_epochs,
+           metavar="W",
+           help="Raise the rate linearly from about 0 to the base rate over the first W "
+                "epochs, then follow the schedule (for large global batches with "
+                "--learning-rate-scaling linear).")
     hparam(model, "--train-batch-size", type=positive_int, default=DEFAULTS.train_batch_size,
            help="Batch of one worker, split evenly over its towers.")
     model.add_argument("--eval-batch-size", type=positive_int, default=100,
@@ -109,8 +120,15 @@ def build_parser():
                             "and test sets.")
     hparam(model, "--momentum", type=float, default=DEFAULTS.momentum,
            help="Momentum of the optimizer.")
+    hparam(model, "--nesterov", action="store_true",
+           help="Nesterov momentum (the original uses plain momentum).")
     hparam(model, "--weight-decay", type=float, default=DEFAULTS.weight_decay,
-           help="L2 weight decay factor.")
+           help="L2 weight decay factor: weight decay x the sum of tf.nn.l2_loss (half the "
+                "squared norm) of every trainable variable is added to the loss.")
+    hparam(model, "--label-smoothing", type=non_negative_float,
+           default=DEFAULTS.label_smoothing, metavar="F",
+           help="Train towards 1 - F on the label and F spread evenly over the 10 classes. "
+                "The evaluation loss stays plain cross entropy.")
     hparam(model, "--learning-rate", type=positive_float, default=DEFAULTS.learning_rate,
            help="Initial learning rate; x%s from epochs %s (with --train-epochs: see "
                 "--learning-rate-drops)." % (
@@ -173,6 +191,9 @@ def validate(args, task=None):
         raise UsageError("--num-layers: %s" % error)
     if args.num_gpus > 0 and builds_towers:
         _check_gpus_present(args.num_gpus, hardware.num_gpus_visible())
+    if args.label_smoothing >= 1:
+        raise UsageError("--label-smoothing %g leaves the label no more weight than the other "
+                         "classes; use a value below 1, e.g. 0.1" % args.label_smoothing)
     if args.num_gpus > 0 and args.num_cpu_towers != 1:
         raise UsageError("--num-cpu-towers applies only with --num-gpus 0")
     if args.num_gpus == 0 and args.variable_strategy == "GPU":

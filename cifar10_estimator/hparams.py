@@ -45,6 +45,14 @@ class HParams:
     learning_rate_drops: str = "paper"
     # One of schedule.LEARNING_RATE_SCALINGS.
     learning_rate_scaling: str = "none"
+    # One of schedule.SHAPES, after a linear warm-up of warmup_epochs (0: none).
+    learning_rate_schedule: str = "piecewise"
+    warmup_epochs: float = 0.0
+    # Nesterov momentum instead of the original's plain momentum.
+    nesterov: bool = False
+    # Training targets: 1 - label_smoothing on the label, the rest spread evenly over
+    # CIFAR-10's 10 classes (never the 11th logit). Evaluation loss stays plain.
+    label_smoothing: float = 0.0
     # One of precision.PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
     precision: str = "fp32"
 

@@ -109,6 +109,22 @@ def _resnet_logits(images, is_training, hparams, precision_policy):
     return tf.cast(logits, tf.float32)
 
 
+def mean_cross_entropy(labels, logits, label_smoothing=0.0):
+    """Mean cross entropy of labels [N] against logits [N, 11], optionally label-smoothed.
+
+    The softmax runs over all the network's logits, as the original's loss did. With
+    label_smoothing F the target is 1 - F on the label plus F / 10 on each of CIFAR-10's
+    classes; the 11th logit, never a label, gets no target mass.
+    """
+    if not label_smoothing:
+        return tf.compat.v1.losses.sparse_softmax_cross_entropy(
+            labels=labels, logits=logits, loss_collection=None)
+    class_targets = (tf.one_hot(labels, cifar10.NUM_CLASSES) * (1.0 - label_smoothing)
+                     + label_smoothing / cifar10.NUM_CLASSES)
+    targets = tf.pad(class_targets, [[0, 0], [0, logits.shape[-1] - cifar10.NUM_CLASSES]])
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
+
+
 def make_resnet_tower_fn(hparams, precision_policy):
     """tower_fn(images, labels, is_training) -> (loss, logits) of the CIFAR-10 ResNet.
 
@@ -117,8 +133,8 @@ def make_resnet_tower_fn(hparams, precision_policy):
     """
     def tower_fn(images, labels, is_training):
         logits = _resnet_logits(images, is_training, hparams, precision_policy)
-        cross_entropy = tf.compat.v1.losses.sparse_softmax_cross_entropy(
-            labels=labels, logits=logits, loss_collection=None)
+        cross_entropy = mean_cross_entropy(
+            labels, logits, hparams.label_smoothing if is_training else 0.0)
         model_params = tf.compat.v1.trainable_variables()
         weight_decay = hparams.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in model_params])
         return cross_entropy + weight_decay, logits
@@ -176,7 +192,8 @@ def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
     Returns:
       (optimizer, hooks) where hooks must run on every worker.
     """
-    optimizer = tf.compat.v1.train.MomentumOptimizer(learning_rate, momentum=hparams.momentum)
+    optimizer = tf.compat.v1.train.MomentumOptimizer(
+        learning_rate, momentum=hparams.momentum, use_nesterov=hparams.nesterov)
     if loss_scale is not None:
         optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale)
     if not hparams.sync:

@@ -8,10 +8,15 @@ The tutorial trains 80000 global steps and multiplies its base rate by 0.1, 0.01
 0.002 after epochs 82, 123 and 300: the ResNet paper's drops at 32k and 48k of its 64k
 iterations, placed for a 256-epoch run (the third is never reached). With train_epochs
 the run is E epochs long and the drops sit in proportion to it (`PROPORTIONAL_DROPS`).
+That is the "piecewise" shape; "cosine" (a half cosine) and "linear" instead fall
+smoothly from the base rate to exactly 0 at the last step. A warm-up of W epochs first
+raises the rate linearly from base / warm-up steps to the base rate; cosine and linear
+then fall over the steps that remain, while piecewise keeps its drops where they are.
 Imports no TensorFlow until a tensor is asked for, so the flags can name these values.
 """
 
 import bisect
+import math
 
 # The tutorial's run when neither train_steps nor train_epochs is given.
 TUTORIAL_TRAIN_STEPS = 80000
@@ -25,6 +30,9 @@ PROPORTIONAL_DROPS = {
     "paper": ((0.5, 0.75), (1.0, 0.1, 0.01)),
     "tutorial": ((82 / 256, 123 / 256), (1.0, 0.1, 0.01)),
 }
+
+# --learning-rate-schedule: the shape of the rate over the run; piecewise is the original's.
+SHAPES = ("piecewise", "cosine", "linear")
 
 # Whether the base rate follows the global batch. The reference is the batch the
 # tutorial's and the paper's 0.1 is meant for.
@@ -44,6 +52,11 @@ def last_step(hparams):
     if hparams.train_epochs is not None:
         return max(1, int(round(hparams.train_epochs * steps_per_epoch(hparams))))
     return TUTORIAL_TRAIN_STEPS
+
+
+def warmup_steps(hparams):
+    """Global steps of the linear warm-up (0: none)."""
+    return int(round(hparams.warmup_epochs * steps_per_epoch(hparams)))
 
 
 def drops(hparams):
@@ -70,21 +83,51 @@ def base_learning_rate(hparams):
     return hparams.learning_rate
 
 
+def _decay_span(hparams):
+    """(first, last) step of the smooth shapes' fall: from the warm-up's end to the last step."""
+    first = warmup_steps(hparams)
+    return first, max(last_step(hparams), first + 1)
+
+
 def learning_rate_at(hparams, step):
     """The rate at global step `step`, as a float (what learning_rate_tensor computes)."""
-    boundaries, factors = drops(hparams)
-    return base_learning_rate(hparams) * factors[bisect.bisect_left(boundaries, step)]
+    base = base_learning_rate(hparams)
+    warmup = warmup_steps(hparams)
+    if step < warmup:
+        return base * (step + 1) / warmup
+    if hparams.learning_rate_schedule == "piecewise":
+        boundaries, factors = drops(hparams)
+        return base * factors[bisect.bisect_left(boundaries, step)]
+    first, last = _decay_span(hparams)
+    progress = min(1.0, (step - first) / (last - first))
+    if hparams.learning_rate_schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return base * (1.0 - progress)
 
 
 def learning_rate_tensor(hparams, global_step):
     """The rate at global_step (an int64 tensor), as a scalar float32 tensor."""
     import numpy as np
     import tensorflow as tf
-    boundaries, factors = drops(hparams)
     base = base_learning_rate(hparams)
-    return tf.compat.v1.train.piecewise_constant(
-        global_step, [np.int64(boundary) for boundary in boundaries],
-        [base * factor for factor in factors])
+    if hparams.learning_rate_schedule == "piecewise":
+        boundaries, factors = drops(hparams)
+        rate = tf.compat.v1.train.piecewise_constant(
+            global_step, [np.int64(boundary) for boundary in boundaries],
+            [base * factor for factor in factors])
+    else:
+        first, last = _decay_span(hparams)
+        progress = tf.clip_by_value(
+            tf.cast(global_step - first, tf.float32) / float(last - first), 0.0, 1.0)
+        if hparams.learning_rate_schedule == "cosine":
+            rate = base * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        else:
+            rate = base * (1.0 - progress)
+    warmup = warmup_steps(hparams)
+    if not warmup:
+        return rate
+    warming = base * tf.cast(global_step + 1, tf.float32) / float(warmup)
+    return tf.where(global_step < warmup, warming, rate)
 
 
 def base_learning_rate_text(hparams):
@@ -103,21 +146,38 @@ def base_learning_rate_text(hparams):
 def describe(hparams):
     """The log's one line about the run's length and its learning rate."""
     end = last_step(hparams)
-    boundaries, factors = drops(hparams)
-    drop_text = ", ".join("x%g after step %d" % (factor, boundary)
-                          for boundary, factor in zip(boundaries, factors[1:])
-                          if boundary < end)
     return ("Training to step %d (%.1f epochs of %d examples at %d per step); learning rate "
-            "%s, %s") % (
+            "%s%s, %s") % (
         end, end / steps_per_epoch(hparams), hparams.num_train_examples,
         hparams.examples_per_global_step, base_learning_rate_text(hparams),
-        drop_text or "never dropped")
+        _warmup_text(hparams), _shape_text(hparams))
+
+
+def _warmup_text(hparams):
+    warmup = warmup_steps(hparams)
+    if not warmup:
+        return ""
+    return " reached after a linear warm-up of %d steps (%g epochs)" % (
+        warmup, hparams.warmup_epochs)
+
+
+def _shape_text(hparams):
+    end = last_step(hparams)
+    if hparams.learning_rate_schedule == "piecewise":
+        boundaries, factors = drops(hparams)
+        drop_text = ", ".join("x%g after step %d" % (factor, boundary)
+                              for boundary, factor in zip(boundaries, factors[1:])
+                              if boundary < end)
+        return drop_text or "never dropped"
+    return "%s decay to 0 at step %d" % (hparams.learning_rate_schedule, end)
 
 
 def never_drops_warning(hparams):
     """A warning when --train-steps ends before the tutorial's first drop, else None."""
+    if hparams.learning_rate_schedule != "piecewise" or hparams.train_steps is None:
+        return None
     boundaries, _ = drops(hparams)
-    if hparams.train_steps is None or hparams.train_steps > boundaries[0]:
+    if hparams.train_steps > boundaries[0]:
         return None
     return ("--train-steps %d ends before the first learning-rate drop (after step %d, epoch "
             "%d): the rate stays %g for the whole run. To fit the drops into a shorter run, "
