@@ -294,3 +294,65 @@ def test_sync_update_of_workers_with_towers_is_the_one_process_update_of_the_glo
                                    atol=1e-5 * largest_change, err_msg=name)
     assert max(np.abs(chief_alone[name] - expected[name]).max()
                for name in expected) > 0.1 * largest_change
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.3])
+def test_label_smoothing_spreads_over_the_10_classes_and_never_targets_the_11th_logit(
+        label_smoothing):
+    logits_value = np.random.RandomState(4).normal(size=(3, 11)).astype(np.float32)
+    labels_value = np.array([0, 9, 4])
+    with tf.Graph().as_default():
+        logits = tf.constant(logits_value)
+        loss = model_fn.mean_cross_entropy(tf.constant(labels_value), logits, label_smoothing)
+        # d loss / d logits = (softmax - target) / N: the targets the loss trains towards.
+        (gradient,) = tf.gradients(loss, [logits])
+        with tf.compat.v1.Session() as session:
+            loss_value, gradient_value = session.run([loss, gradient])
+    softmax = np.exp(logits_value) / np.exp(logits_value).sum(axis=1, keepdims=True)
+    targets = softmax - gradient_value * len(labels_value)
+    expected = np.full((3, 11), label_smoothing / 10)
+    expected[:, 10] = 0.0
+    expected[np.arange(3), labels_value] += 1 - label_smoothing
+    np.testing.assert_allclose(targets, expected, atol=1e-6)
+    np.testing.assert_allclose(loss_value, -np.mean(np.sum(expected * np.log(softmax), axis=1)),
+                               rtol=1e-5)
+
+
+def tower_losses_sharing_variables(is_training, *label_smoothings):
+    """The ResNet-8 tower's loss on one batch for each label smoothing, with the same weights."""
+    with tf.Graph().as_default():
+        images = tf.random.uniform([4, 32, 32, 3], maxval=255.0, seed=2)
+        labels = tf.constant([1, 2, 3, 4])
+        losses = []
+        for index, label_smoothing in enumerate(label_smoothings):
+            hparams = job_hparams.HParams(num_layers=8, label_smoothing=label_smoothing)
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+            with tf.compat.v1.variable_scope("resnet", reuse=bool(index)):
+                losses.append(tower_fn(images, labels, is_training)[0])
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return session.run(losses)
+
+
+def test_label_smoothing_is_for_training_only():
+    smooth, plain = tower_losses_sharing_variables(False, 0.2, 0.0)
+    assert smooth == pytest.approx(plain)  # the evaluation loss compares across runs
+    smooth, plain = tower_losses_sharing_variables(True, 0.2, 0.0)
+    assert smooth != pytest.approx(plain, rel=1e-3)
+
+
+def train_graph(**fields):
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=4, **fields)
+    layout = model_fn.TowerLayout.for_devices(num_gpus=0)
+    with tf.Graph().as_default() as graph:
+        images = tf.zeros([4, 32, 32, 3])
+        labels = tf.constant([1, 2, 3, 4])
+        model_fn.make_model_fn(layout, hparams)([images], [labels], tf.estimator.ModeKeys.TRAIN,
+                                                None)
+    return graph
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_nesterov_flag_reaches_the_momentum_update(nesterov):
+    updates = [op for op in train_graph(nesterov=nesterov).get_operations() if "ApplyMomentum" in op.type]
+    assert updates and all(op.get_attr("use_nesterov") is nesterov for op in updates)

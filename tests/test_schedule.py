@@ -18,7 +18,7 @@ def learning_rates_at(steps, base, num_train_examples, global_batch_size, **fiel
             rates = [session.run(rate, {step: s}) for s in steps]
     # The log and the tests read the same schedule as plain numbers.
     np.testing.assert_allclose([schedule.learning_rate_at(hparams, s) for s in steps], rates,
-                               rtol=1e-6)
+                               rtol=1e-6, atol=1e-7)  # the tensor computes in float32
     return rates
 
 
@@ -82,3 +82,61 @@ def test_without_train_epochs_the_drops_are_the_tutorials_epochs():
     boundaries, factors = schedule.drops(job_hparams.HParams())
     assert boundaries == [82 * 312, 123 * 312, 300 * 312]
     assert factors == (1.0, 0.1, 0.01, 0.002)
+
+
+# --- shapes and warm-up ------------------------------------------------------------------
+
+def shaped(shape, warmup_epochs=0.0, **fields):
+    # 1000 examples at 100 per step: 10 steps per epoch; 10 epochs: 100 steps.
+    return job_hparams.HParams(learning_rate=0.1, num_train_examples=1000, train_batch_size=100,
+                               train_epochs=10, learning_rate_schedule=shape,
+                               warmup_epochs=warmup_epochs, **fields)
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ("cosine", [0.1, 0.1 * (1 + np.cos(np.pi / 4)) / 2, 0.05, 0.1 * (1 + np.cos(np.pi * 0.99)) / 2,
+                0.0, 0.0]),
+    ("linear", [0.1, 0.075, 0.05, 0.001, 0.0, 0.0]),
+])
+def test_smooth_shapes_fall_from_the_base_rate_to_exactly_0_at_the_last_step(shape, expected):
+    hparams = shaped(shape)
+    steps = [0, 25, 50, 99, 100, 150]
+    assert schedule.last_step(hparams) == 100
+    rates = learning_rates_at(steps, 0.1, 1000, 100, train_epochs=10,
+                              learning_rate_schedule=shape)
+    np.testing.assert_allclose(rates, expected, rtol=1e-5, atol=1e-8)
+    assert schedule.learning_rate_at(hparams, 100) == 0.0
+
+
+@pytest.mark.parametrize("shape, after_warmup", [
+    # 2 warm-up epochs = 20 steps; the fall then spans steps 20..100.
+    ("cosine", [0.1, 0.05, 0.0]),      # steps 20, 60, 100
+    ("linear", [0.1, 0.05, 0.0]),
+    ("piecewise", [0.1, 0.01, 0.001]),  # drops stay at 50 % and 75 % of the run
+])
+def test_warm_up_rises_linearly_to_the_base_rate_then_the_shape_follows(shape, after_warmup):
+    fields = dict(train_epochs=10, learning_rate_schedule=shape, warmup_epochs=2)
+    assert schedule.warmup_steps(shaped(shape, 2)) == 20
+    warming = learning_rates_at([0, 9, 19], 0.1, 1000, 100, **fields)
+    np.testing.assert_allclose(warming, [0.1 / 20, 0.1 * 10 / 20, 0.1], rtol=1e-5)
+    later_steps = [20, 60, 100] if shape != "piecewise" else [20, 51, 76]
+    np.testing.assert_allclose(learning_rates_at(later_steps, 0.1, 1000, 100, **fields),
+                               after_warmup, rtol=1e-5, atol=1e-8)
+
+
+def test_smooth_shapes_work_with_train_steps_too():
+    hparams = job_hparams.HParams(train_steps=40, learning_rate_schedule="linear")
+    assert schedule.learning_rate_at(hparams, 20) == pytest.approx(0.05)
+    assert schedule.never_drops_warning(hparams) is None  # only the piecewise drops can be missed
+
+
+@pytest.mark.parametrize("shape, warmup_epochs, described_as", [
+    ("cosine", 0, "learning rate 0.1, cosine decay to 0 at step 100"),
+    ("linear", 1.5, "learning rate 0.1 reached after a linear warm-up of 15 steps (1.5 epochs), "
+                    "linear decay to 0 at step 100"),
+    ("piecewise", 0, "learning rate 0.1, x0.1 after step 50, x0.01 after step 75"),
+])
+def test_the_log_line_states_the_shape(shape, warmup_epochs, described_as):
+    line = schedule.describe(shaped(shape, warmup_epochs))
+    assert line.startswith("Training to step 100 (10.0 epochs of 1000 examples at 100 per step)")
+    assert line.endswith(described_as), line

@@ -139,6 +139,18 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
         recorded = json.load(stream)["hparams"]
     assert recorded["train_epochs"] == 2 and recorded["learning_rate"] == 0.05
 
+    # A new shape continues from the saved step, computed from step 0 of the new run.
+    third = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "3",
+                                            "--learning-rate-schedule", "linear"))
+    assert third.returncode == 0, third.stderr[-5000:]
+    assert re.search(r"Restoring parameters from \S+model\.ckpt-16\b", third.stderr)
+    assert "Training to step 24 (3.0 epochs of 64 examples at 8 per step); learning rate 0.1, " \
+           "linear decay to 0 at step 24" in third.stderr
+    # The first step it logs is step 16, two thirds of the way down the line to 0.
+    assert re.search(r"learning_rate = 0\.033333\d*, loss = \S+", third.stderr), \
+        third.stderr[-3000:]
+    assert checkpoint_steps(job_dir)[-1] == 24
+
 
 def test_two_cpu_towers_run_on_two_devices(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
