@@ -63,10 +63,7 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
         self._global_step = None
 
     def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
-        if self._global_step is None:
-            raise RuntimeError("ExamplesPerSecondHook needs a global step; create one with "
-                               "tf.compat.v1.train.get_or_create_global_step()")
+        self._global_step = _global_step_of_graph(self)
         # A new session (e.g. training resumed after evaluation) starts a new
         # interval, so time spent outside training is not counted.
         self._timer.reset()
@@ -90,6 +87,16 @@ class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
             tf.compat.v1.logging.info(
                 "Cluster examples/sec: %g (%g), global step = %d",
                 *self._cluster.add(global_step - previous_global_step, elapsed_secs), global_step)
+
+
+def _global_step_of_graph(hook):
+    """The default graph's global step, which `hook` reads every step; RuntimeError if none."""
+    global_step = tf.compat.v1.train.get_global_step()
+    if global_step is None:
+        raise RuntimeError("%s needs a global step; create one with "
+                           "tf.compat.v1.train.get_or_create_global_step()"
+                           % type(hook).__name__)
+    return global_step
 
 
 class _Throughput:
@@ -270,10 +277,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._logged_global_step = None
 
     def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
-        if self._global_step is None:
-            raise RuntimeError("ProgressHook needs a global step; create one with "
-                               "tf.compat.v1.train.get_or_create_global_step()")
+        self._global_step = _global_step_of_graph(self)
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._global_step)
