@@ -140,3 +140,14 @@ def test_the_log_line_states_the_shape(shape, warmup_epochs, described_as):
     line = schedule.describe(shaped(shape, warmup_epochs))
     assert line.startswith("Training to step 100 (10.0 epochs of 1000 examples at 100 per step)")
     assert line.endswith(described_as), line
+
+
+@pytest.mark.parametrize("sync, last", [(True, 50), (False, 100)])
+def test_every_shape_counts_the_global_steps_of_a_cluster(sync, last):
+    # 2 workers of 100: with --sync a global step is both batches (10 epochs = 50 steps),
+    # without it each worker's batch is a global step of its own (100 steps).
+    hparams = shaped("cosine", 1, num_workers=2, sync=sync)
+    assert schedule.last_step(hparams) == last
+    assert schedule.warmup_steps(hparams) == last // 10
+    assert schedule.learning_rate_at(hparams, last) == 0.0
+    assert schedule.learning_rate_at(hparams, last // 10) == pytest.approx(0.1)
