@@ -321,6 +321,9 @@ def test_label_smoothing_spreads_over_the_10_classes_and_never_targets_the_11th_
 def tower_losses_sharing_variables(is_training, *label_smoothings):
     """The ResNet-8 tower's loss on one batch for each label smoothing, with the same weights."""
     with tf.Graph().as_default():
+        # Fixed initial weights: at some random ones the two training losses differ by
+        # less than the test's tolerance.
+        tf.compat.v1.set_random_seed(0)
         images = tf.random.uniform([4, 32, 32, 3], maxval=255.0, seed=2)
         labels = tf.constant([1, 2, 3, 4])
         losses = []
