@@ -14,6 +14,8 @@ has float32's exponent range and needs no scaling.
 
 import tensorflow as tf
 
+from cifar10_estimator import checkpoint_saver
+
 # The dynamic loss scale of fp16 (the values of TensorFlow's own dynamic scaling): start
 # high, halve on every step whose gradients overflow, double after this many good steps.
 INITIAL_LOSS_SCALE = 2.0 ** 15
@@ -40,7 +42,8 @@ class DynamicLossScale:
     """fp16's loss scale: float32 variable `scale`, halved on overflow, doubled after a run.
 
     Global variables, so a cluster shares one scale (on a ps) and checkpoints keep it;
-    LossScaleTolerantSaver resumes checkpoints that lack them.
+    a checkpoint without them (trained in another precision) resumes through
+    checkpoint_saver.TolerantSaver with `optional_variables`.
     """
 
     def __init__(self, initial_scale=None, growth_steps=None):
@@ -57,6 +60,13 @@ class DynamicLossScale:
     @property
     def variables(self):
         return [self.scale, self.good_steps]
+
+    def optional_variables(self):
+        """The scale as a checkpoint may lack it: then it starts at its initial value."""
+        return checkpoint_saver.OptionalVariables(
+            {variable.op.name: variable for variable in self.variables},
+            "no loss scale (trained in another precision): the scale starts at its "
+            "initial value")
 
     def update(self, all_finite):
         """Op: after a finite step count it (doubling the scale every growth_steps in a
@@ -124,32 +134,3 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
 
     def variables(self):
         return self._optimizer.variables() + self._loss_scale.variables
-
-
-class LossScaleTolerantSaver(tf.compat.v1.train.Saver):
-    """The Estimator's Saver, but resuming a checkpoint without the loss scale's variables.
-
-    A job trained in fp32 or bf16 has none; continuing it with --precision fp16 restores
-    every other variable and starts the scale at its initial value. A checkpoint missing
-    any other variable still fails as usual.
-    """
-
-    def __init__(self, loss_scale_variables, **saver_kwargs):
-        super().__init__(**saver_kwargs)
-        self._loss_scale_variables = list(loss_scale_variables)
-        others = [variable for variable in tf.compat.v1.global_variables()
-                  if all(variable is not own for own in self._loss_scale_variables)]
-        # Built now: the graph is finalized before restore runs.
-        self._restorer_without_scale = tf.compat.v1.train.Saver(
-            others, sharded=saver_kwargs.get("sharded", False))
-
-    def restore(self, sess, save_path):
-        names = {name for name, _ in tf.train.list_variables(save_path)}
-        if all(variable.op.name in names for variable in self._loss_scale_variables):
-            return super().restore(sess, save_path)
-        tf.compat.v1.logging.info(
-            "%s holds no loss scale (trained in another precision): the scale starts at "
-            "its initial value", save_path)
-        self._restorer_without_scale.restore(sess, save_path)
-        sess.run([variable.initializer for variable in self._loss_scale_variables])
-        return None

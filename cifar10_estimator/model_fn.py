@@ -10,6 +10,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from cifar10_estimator import checkpoint_saver
 from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
@@ -310,7 +311,8 @@ def make_model_fn(layout, hparams, progress=None):
             if loss_scale is not None:
                 tf.compat.v1.summary.scalar("loss_scale", loss_scale.scale)
                 logged["loss_scale"] = loss_scale.scale
-                scaffold = tf.compat.v1.train.Scaffold(saver=_checkpoint_saver(config, loss_scale))
+                scaffold = tf.compat.v1.train.Scaffold(
+                    saver=_checkpoint_saver(config, [loss_scale.optional_variables()]))
 
         hooks = optimizer_hooks + [
             tf.compat.v1.train.LoggingTensorHook(logged, every_n_iter=LOSS_LOG_EVERY_N_STEPS),
@@ -329,13 +331,14 @@ def make_model_fn(layout, hparams, progress=None):
     return model_fn
 
 
-def _checkpoint_saver(config, loss_scale):
-    """The Saver tf.estimator would make, resuming checkpoints without fp16's loss scale.
+def _checkpoint_saver(config, optional_variables):
+    """The Saver tf.estimator would make, resuming checkpoints without `optional_variables`
+    (checkpoint_saver.OptionalVariables, e.g. fp16's loss scale).
 
     config: the Estimator's RunConfig, or None (then RunConfig's defaults).
     """
     config = config or tf.estimator.RunConfig()
-    return mixed_precision.LossScaleTolerantSaver(
-        loss_scale.variables, sharded=True, max_to_keep=config.keep_checkpoint_max,
+    return checkpoint_saver.TolerantSaver(
+        optional_variables, sharded=True, max_to_keep=config.keep_checkpoint_max,
         keep_checkpoint_every_n_hours=config.keep_checkpoint_every_n_hours,
         defer_build=True, save_relative_paths=True)
