@@ -15,6 +15,7 @@ has float32's exponent range and needs no scaling.
 import tensorflow as tf
 
 from cifar10_estimator import checkpoint_saver
+from cifar10_estimator import optimizer_wrapper
 
 # The dynamic loss scale of fp16 (the values of TensorFlow's own dynamic scaling): start
 # high, halve on every step whose gradients overflow, double after this many good steps.
@@ -86,7 +87,7 @@ class DynamicLossScale:
             self.good_steps.assign(tf.constant(0, tf.int64)))
 
 
-class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
+class LossScaleOptimizer(optimizer_wrapper.OptimizerWrapper):
     """Wraps an optimizer to apply gradients of loss x loss_scale.scale.
 
     The towers multiply their losses by the scale before differentiating; the gradients
@@ -97,8 +98,7 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
     """
 
     def __init__(self, optimizer, loss_scale, name="LossScaleOptimizer"):
-        super().__init__(use_locking=False, name=name)
-        self._optimizer = optimizer
+        super().__init__(optimizer, name)
         self._loss_scale = loss_scale
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
@@ -124,13 +124,6 @@ class LossScaleOptimizer(tf.compat.v1.train.Optimizer):
                 if global_step is None:
                     return tf.no_op()
                 return tf.compat.v1.assign_add(global_step, 1).op
-
-    # SyncReplicasOptimizer asks the optimizer it wraps for these.
-    def get_slot(self, var, name):
-        return self._optimizer.get_slot(var, name)
-
-    def get_slot_names(self):
-        return self._optimizer.get_slot_names()
 
     def variables(self):
         return self._optimizer.variables() + self._loss_scale.variables
