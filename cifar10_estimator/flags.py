@@ -163,6 +163,10 @@ def build_parser():
              "makes its test accuracy optimistic. Either way the final checkpoint is "
              "evaluated once on the test set (job-dir/eval_test/, job-dir/%s)."
              % report.TEST_RESULTS_FILENAME)
+    hparam(evaluation, "--eval-flips", action="store_true",
+           help="Evaluation, exports and predictions average the class probabilities of each "
+                "image and its left-right mirror (twice the inference work; the evaluation "
+                "loss stays that of the images alone).")
 
     distributed = parser.add_argument_group(
         "cluster", "With TF_CONFIG set, this command runs as the ps, chief, worker or evaluator "

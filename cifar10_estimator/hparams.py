@@ -55,6 +55,9 @@ class HParams:
     label_smoothing: float = 0.0
     # One of precision.PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
     precision: str = "fp32"
+    # Evaluation, prediction and exports average the class probabilities of each image
+    # and its left-right mirror (twice the inference work); training is unaffected.
+    eval_flips: bool = False
 
     # Fields no flag sets: the trainer derives them from the data, the devices and the
     # cluster (from_flags insists on exactly these).

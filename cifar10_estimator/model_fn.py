@@ -110,6 +110,29 @@ def _resnet_logits(images, is_training, hparams, precision_policy):
     return tf.cast(logits, tf.float32)
 
 
+def _class_probabilities(logits):
+    """Softmax over CIFAR-10's 10 classes: the network's 11th logit is never a label and
+    is left out (cifar10_model.class_logits)."""
+    return tf.nn.softmax(cifar10_model.class_logits(logits))
+
+
+def _inference(images, hparams, precision_policy):
+    """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction.
+
+    With --eval-flips the network runs once on the images followed by their left-right
+    mirrors, and the probabilities are the mean of each image's and its mirror's. The
+    logits stay those of the images alone: the evaluation loss is their plain cross
+    entropy, comparable with that of runs without flips.
+    """
+    if not hparams.eval_flips:
+        logits = _resnet_logits(images, False, hparams, precision_policy)
+        return logits, _class_probabilities(logits)
+    both = _resnet_logits(tf.concat([images, tf.image.flip_left_right(images)], axis=0),
+                          False, hparams, precision_policy)
+    logits, mirror_logits = tf.split(both, 2, axis=0)
+    return logits, (_class_probabilities(logits) + _class_probabilities(mirror_logits)) / 2.0
+
+
 def mean_cross_entropy(labels, logits, label_smoothing=0.0):
     """Mean cross entropy of labels [N] against logits [N, 11], optionally label-smoothed.
 
@@ -127,18 +150,23 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
 
 
 def make_resnet_tower_fn(hparams, precision_policy):
-    """tower_fn(images, labels, is_training) -> (loss, logits) of the CIFAR-10 ResNet.
+    """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet.
 
     The loss is the mean cross entropy of the shard plus weight decay over all
-    trainable variables, as in the tutorial.
+    trainable variables, as in the tutorial; the probabilities [N, 10] are those the
+    predictions come from (see _inference for evaluation).
     """
     def tower_fn(images, labels, is_training):
-        logits = _resnet_logits(images, is_training, hparams, precision_policy)
+        if is_training:
+            logits = _resnet_logits(images, True, hparams, precision_policy)
+            probabilities = _class_probabilities(logits)
+        else:
+            logits, probabilities = _inference(images, hparams, precision_policy)
         cross_entropy = mean_cross_entropy(
             labels, logits, hparams.label_smoothing if is_training else 0.0)
         model_params = tf.compat.v1.trainable_variables()
         weight_decay = hparams.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in model_params])
-        return cross_entropy + weight_decay, logits
+        return cross_entropy + weight_decay, probabilities
     return tower_fn
 
 
@@ -148,28 +176,28 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
     Args:
       image_shards, label_shards: lists with one tensor per tower.
       layout: TowerLayout.
-      tower_fn: tower_fn(images, labels, is_training) -> (loss, logits); it creates
-        its variables with tf.compat.v1.get_variable (or layers), so towers after
-        the first reuse them.
+      tower_fn: tower_fn(images, labels, is_training) -> (loss, class probabilities
+        [N, 10]); it creates its variables with tf.compat.v1.get_variable (or layers),
+        so towers after the first reuse them.
       is_training: build for training (gradients, batch-norm updates).
       loss_scale: with loss scaling (fp16), the scalar every tower multiplies its loss by
         before differentiating (see mixed_precision.LossScaleOptimizer); None
         differentiates the loss.
 
     Returns:
-      (tower_losses, tower_gradvars, tower_logits, update_ops): tower_gradvars holds
-      one list of (gradient, variable) per tower, empty unless is_training;
+      (tower_losses, tower_gradvars, tower_probabilities, update_ops): tower_gradvars
+      holds one list of (gradient, variable) per tower, empty unless is_training;
       update_ops are tower 0's batch-norm updates.
     """
-    tower_losses, tower_gradvars, tower_logits = [], [], []
+    tower_losses, tower_gradvars, tower_probabilities = [], [], []
     update_ops = []
     for index, (images, labels) in enumerate(zip(image_shards, label_shards)):
         with tf.compat.v1.variable_scope("resnet", reuse=bool(index != 0)):
             with tf.name_scope("tower_%d" % index) as name_scope:
                 with tf.compat.v1.device(layout.device_setter(index)):
-                    loss, logits = tower_fn(images, labels, is_training)
+                    loss, probabilities = tower_fn(images, labels, is_training)
                     tower_losses.append(loss)
-                    tower_logits.append(logits)
+                    tower_probabilities.append(probabilities)
                     if is_training:
                         variables = tf.compat.v1.trainable_variables()
                         scaled_loss = loss if loss_scale is None else loss * loss_scale
@@ -183,7 +211,7 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
                         # statistics the single-device model would have.
                         update_ops = tf.compat.v1.get_collection(
                             tf.compat.v1.GraphKeys.UPDATE_OPS, name_scope)
-    return tower_losses, tower_gradvars, tower_logits, update_ops
+    return tower_losses, tower_gradvars, tower_probabilities, update_ops
 
 
 def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
@@ -209,23 +237,22 @@ def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
     return optimizer, hooks
 
 
-def _predictions(logits):
+def _predictions(probabilities):
     """Predictions of every mode and of the SavedModel signatures, over CIFAR-10's 10 classes.
 
-    The network keeps the original's 11th logit, which is never a label, so it is
-    left out (cifar10_model.class_logits): probabilities are the softmax of the
-    first 10 logits and classes their argmax.
+    Args:
+      probabilities: class probabilities [N, 10] (_class_probabilities, or with
+        --eval-flips their mean over each image and its mirror, see _inference).
 
     Returns:
-      dict with classes (int64 [N]), class_names (string [N], from
+      dict with classes (int64 [N], the most probable), class_names (string [N], from
       cifar10.CLASS_NAMES) and probabilities (float32 [N, 10]).
     """
-    class_logits = cifar10_model.class_logits(logits)
-    classes = tf.argmax(class_logits, axis=1)
+    classes = tf.argmax(probabilities, axis=1)
     return {
         "classes": classes,
         "class_names": tf.gather(tf.constant(cifar10.CLASS_NAMES), classes),
-        "probabilities": tf.nn.softmax(class_logits),
+        "probabilities": probabilities,
     }
 
 
@@ -243,10 +270,9 @@ def _predict_spec(features, hparams, precision_policy):
     images = features["images"] if isinstance(features, dict) else features
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope("resnet"):
-        logits = _resnet_logits(images, False,
-                                dataclasses.replace(hparams, data_format="channels_last"),
-                                precision_policy)
-    predictions = _predictions(logits)
+        _, probabilities = _inference(
+            images, dataclasses.replace(hparams, data_format="channels_last"), precision_policy)
+    predictions = _predictions(probabilities)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
         predictions=predictions,
@@ -277,14 +303,14 @@ def make_model_fn(layout, hparams, progress=None):
         if is_training and precision_policy.loss_scaling:
             with tf.device(layout.consolidation_device):
                 loss_scale = mixed_precision.DynamicLossScale()
-        tower_losses, tower_gradvars, tower_logits, update_ops = build_towers(
+        tower_losses, tower_gradvars, tower_probabilities, update_ops = build_towers(
             features, labels, layout, make_resnet_tower_fn(hparams, precision_policy),
             is_training,
             None if loss_scale is None else loss_scale.scale)
 
         with tf.device(layout.consolidation_device):
             loss = tf.reduce_mean(tower_losses, name="loss")
-            predictions = _predictions(tf.concat(tower_logits, axis=0))
+            predictions = _predictions(tf.concat(tower_probabilities, axis=0))
             stacked_labels = tf.concat(labels, axis=0)
             metrics = {"accuracy": tf.compat.v1.metrics.accuracy(
                 stacked_labels, predictions["classes"])}

@@ -1,5 +1,6 @@
 """SavedModels exported by training: where they go, their two signatures, PREDICT mode."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -197,6 +198,25 @@ def test_estimator_predict_agrees_with_the_export(trained_job):
     np.testing.assert_allclose([p["probabilities"] for p in predictions],
                                expected["probabilities"], atol=1e-5)
     assert [p["class_names"] for p in predictions] == list(expected["class_names"])
+
+
+@slow
+def test_an_eval_flips_export_averages_each_image_and_its_mirror(trained_job, tmp_path):
+    hparams = dataclasses.replace(job_hparams.load(trained_job.job_dir), eval_flips=True)
+    estimator = tf.estimator.Estimator(
+        model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams),
+        model_dir=trained_job.job_dir)
+    flips_export = estimator.export_saved_model(
+        str(tmp_path), export.serving_input_receiver_fn).decode()
+    plain_export = trained_job.exports("latest")[-1]  # of the same, last, checkpoint
+    images = random_images(5, seed=8)
+
+    outputs = trained_job.serve_images(flips_export, images)
+    assert_consistent_predictions(outputs, 5)  # the same signature, the same outputs
+    plain = trained_job.serve_images(plain_export, images)["probabilities"]
+    mirrored = trained_job.serve_images(plain_export, images[:, :, ::-1, :])["probabilities"]
+    np.testing.assert_allclose(outputs["probabilities"], (plain + mirrored) / 2, atol=1e-6)
+    assert np.abs(outputs["probabilities"] - plain).max() > 1e-4
 
 
 @slow

@@ -37,7 +37,7 @@ def test_help_lists_every_flag_of_the_original_and_the_new_ones():
                  "--num-intra-threads", "--num-inter-threads", "--data-format",
                  "--log-device-placement", "--batch-norm-decay", "--batch-norm-epsilon",
                  "--num-cpu-towers", "--use-synthetic-data", "--save-checkpoints-steps",
-                 "--eval-every-secs", "--learning-rate-scaling"):
+                 "--eval-every-secs", "--learning-rate-scaling", "--eval-flips"):
         assert flag in result.stdout, flag
 
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import input_fn, model_fn, precision
+from cifar10_estimator import cifar10_model, input_fn, model_fn, precision
 from cifar10_estimator.distributed import local_cluster
 
 
@@ -150,6 +150,15 @@ def test_variable_strategy_gpu_spreads_variables_over_the_towers_by_size():
     assert abs(bytes_on["gpu:0"] - bytes_on["gpu:1"]) <= largest
 
 
+def resnet8_logits(images, hparams):
+    """The logits of the ResNet-8 already built under 'resnet', in training mode."""
+    with tf.compat.v1.variable_scope("resnet", reuse=True):
+        return cifar10_model.ResNetCifar10(
+            8, is_training=True, batch_norm_decay=hparams.batch_norm_decay,
+            batch_norm_epsilon=hparams.batch_norm_epsilon,
+            data_format="channels_last").forward_pass(images)
+
+
 def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variable():
     hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01)
     with tf.Graph().as_default():
@@ -157,16 +166,23 @@ def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variab
         labels = tf.constant([3, 7])
         with tf.compat.v1.variable_scope("resnet"):
             tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
-            loss, logits = tower_fn(images, labels, True)
+            loss, probabilities = tower_fn(images, labels, True)
+        logits = resnet8_logits(images, hparams)
         cross_entropy = tf.reduce_mean(
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         squares = tf.add_n([tf.reduce_sum(tf.square(v))
                             for v in tf.compat.v1.trainable_variables()])
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            loss, cross_entropy, squares = session.run([loss, cross_entropy, squares])
+            loss, probabilities, logits, cross_entropy, squares = session.run(
+                [loss, probabilities, logits, cross_entropy, squares])
     assert squares > 0
     np.testing.assert_allclose(loss, cross_entropy + 0.01 * squares / 2, rtol=1e-5)
+    # The tower's predictions: the softmax over the 10 classes, without the 11th logit.
+    class_logits = logits[:, :10]
+    np.testing.assert_allclose(
+        probabilities,
+        np.exp(class_logits) / np.exp(class_logits).sum(axis=1, keepdims=True), rtol=1e-5)
 
 
 def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
@@ -359,3 +375,41 @@ def train_graph(**fields):
 def test_nesterov_flag_reaches_the_momentum_update(nesterov):
     updates = [op for op in train_graph(nesterov=nesterov).get_operations() if "ApplyMomentum" in op.type]
     assert updates and all(op.get_attr("use_nesterov") is nesterov for op in updates)
+
+
+def eval_spec(hparams, images, labels, num_towers=2):
+    """The real model_fn's EVAL spec for `images` on `num_towers` logical CPU towers."""
+    layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=num_towers)
+    image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, num_towers)
+    return model_fn.make_model_fn(layout, hparams)(
+        image_shards, label_shards, tf.estimator.ModeKeys.EVAL, None)
+
+
+def test_eval_flips_average_each_image_with_its_mirror_and_keep_the_plain_loss():
+    images_value = np.random.RandomState(5).randint(0, 256, (4, 32, 32, 3)).astype(np.float32)
+    with tf.Graph().as_default():
+        images = tf.constant(images_value)
+        labels = tf.constant([1, 2, 3, 4])
+        flips_spec = eval_spec(job_hparams.HParams(num_layers=8, eval_flips=True), images,
+                               labels)
+        # The same variables, evaluated without flips on the images and on their mirrors.
+        with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+            plain_spec = eval_spec(job_hparams.HParams(num_layers=8), images, labels)
+            mirrored_spec = eval_spec(job_hparams.HParams(num_layers=8),
+                                      tf.constant(images_value[:, :, ::-1, :]), labels)
+        accuracy, update_accuracy = flips_spec.eval_metric_ops["accuracy"]
+        config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+        with tf.compat.v1.Session(config=config) as session:
+            session.run([tf.compat.v1.global_variables_initializer(),
+                         tf.compat.v1.local_variables_initializer()])
+            flips, plain, mirrored, _ = session.run(
+                [{"loss": spec.loss, **spec.predictions}
+                 for spec in (flips_spec, plain_spec, mirrored_spec)] + [update_accuracy])
+            accuracy = session.run(accuracy)
+    mean = (plain["probabilities"] + mirrored["probabilities"]) / 2
+    np.testing.assert_allclose(flips["probabilities"], mean, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(flips["classes"], mean.argmax(axis=1))
+    assert accuracy == pytest.approx(np.mean(mean.argmax(axis=1) == [1, 2, 3, 4]))
+    assert np.abs(plain["probabilities"] - mean).max() > 1e-4  # the mirror made a difference
+    # The loss stays the cross entropy of the images alone, comparable across runs.
+    assert flips["loss"] == pytest.approx(plain["loss"], rel=1e-6)

@@ -4,7 +4,8 @@
 
 The network is rebuilt from job-dir/hparams.json (written by training) and restored
 from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
-the exported model (argmax over the 10 real classes, see model_fn._predictions).
+the exported model (argmax over the 10 real classes, see model_fn._predictions),
+averaged over each image and its mirror if training evaluated so (--eval-flips).
 """
 
 import argparse
