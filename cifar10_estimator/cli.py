@@ -82,6 +82,12 @@ def non_negative_float(text):
     return _number_at_least(text, float, lambda value: value >= 0, "0 or a positive number")
 
 
+def between_zero_and_one(text):
+    """argparse type: a number strictly between 0 and 1."""
+    return _number_at_least(text, float, lambda value: 0 < value < 1,
+                            "a number between 0 and 1 (both excluded)")
+
+
 def first_line(error):
     """The first line of an exception's message (TensorFlow's carry whole stacks)."""
     message = (getattr(error, "message", None) or str(error)).strip()

@@ -17,8 +17,8 @@ from cifar10_estimator import report
 from cifar10_estimator import schedule
 from cifar10_estimator import tfrecord_format
 from cifar10_estimator import cli
-from cifar10_estimator.cli import (ArgumentParser, non_negative_float, non_negative_int,
-                                   parse_bool, positive_float, positive_int)
+from cifar10_estimator.cli import (ArgumentParser, between_zero_and_one, non_negative_float,
+                                   non_negative_int, parse_bool, positive_float, positive_int)
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -142,6 +142,13 @@ def build_parser():
                 % schedule.REFERENCE_BATCH_SIZE)
     hparam(model, "--batch-norm-decay", type=float, default=DEFAULTS.batch_norm_decay,
            help="Decay of the batch-norm moving averages.")
+    hparam(model, "--moving-average-decay", type=between_zero_and_one,
+           default=DEFAULTS.moving_average_decay, metavar="D",
+           help="Keep an exponential moving average of the trainable weights (decay D, "
+                "ramped up over the first steps as min(D, (1+step)/(10+step))) next to them, "
+                "and evaluate, export and predict with it; checkpoints hold both. Batch-norm "
+                "statistics are already moving averages (--batch-norm-decay) and stay as "
+                "trained. E.g. 0.999; unset, the trained weights are used.")
     hparam(model, "--batch-norm-epsilon", type=positive_float,
            default=DEFAULTS.batch_norm_epsilon, help="Epsilon of batch norm.")
     hparam(model, "--sync", action="store_true",

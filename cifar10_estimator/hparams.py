@@ -55,6 +55,10 @@ class HParams:
     label_smoothing: float = 0.0
     # One of precision.PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
     precision: str = "fp32"
+    # Decay D in (0, 1) of the exponential moving average of the trainable weights that
+    # evaluation, prediction and exports use (see weight_averaging); None: the trained
+    # weights, as the original.
+    moving_average_decay: typing.Optional[float] = None
     # Evaluation, prediction and exports average the class probabilities of each image
     # and its left-right mirror (twice the inference work); training is unaffected.
     eval_flips: bool = False

@@ -142,7 +142,7 @@ def train_and_evaluate(args, hparams, task=None):
     if metrics:
         summary = ", ".join("%s = %s" % (key, metrics[key]) for key in sorted(metrics))
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
-        report_on_test(estimator, args, layout.num_towers, eval_spec, metrics)
+        report_on_test(estimator, args, hparams, layout.num_towers, eval_spec, metrics)
     return metrics
 
 
@@ -199,14 +199,16 @@ def make_eval_spec(args, num_towers):
         name=name, start_delay_secs=0, throttle_secs=args.eval_every_secs, exporters=exporters)
 
 
-def report_on_test(estimator, args, num_towers, eval_spec, final_metrics):
+def report_on_test(estimator, args, hparams, num_towers, eval_spec, final_metrics):
     """Evaluate the final checkpoint once on the test set; log, save and summarise it.
 
     Args:
+      hparams: the run's HParams (which weights are evaluated).
       final_metrics: the final evaluation of eval_spec, which already is the test
         evaluation when eval_spec evaluates the test set.
     """
     import tensorflow as tf
+    from cifar10_estimator import weight_averaging
     checkpoint = estimator.latest_checkpoint()
     steps = flags.eval_steps(args, "eval")
     if eval_spec.name is None:
@@ -216,7 +218,9 @@ def report_on_test(estimator, args, num_towers, eval_spec, final_metrics):
             make_eval_input_fn(args, num_towers, "eval"), steps=steps,
             checkpoint_path=checkpoint, name=report.TEST_EVAL_NAME)
         validation_metrics = final_metrics
-    results = report.test_results(metrics, steps * args.eval_batch_size, checkpoint)
+    results = report.test_results(
+        metrics, steps * args.eval_batch_size, checkpoint,
+        weight_averaging.evaluated_weights(hparams.moving_average_decay, checkpoint))
     report.write_test_results(args.job_dir, results)
     tf.compat.v1.logging.info(report.test_accuracy_line(results))
     print(report.summary(args.job_dir, None if args.use_synthetic_data else args.data_dir,

@@ -17,6 +17,7 @@ from cifar10_estimator import cifar10_utils
 from cifar10_estimator import mixed_precision
 from cifar10_estimator import precision
 from cifar10_estimator import schedule
+from cifar10_estimator import weight_averaging
 
 LOSS_LOG_EVERY_N_STEPS = 100
 PROGRESS_LOG_EVERY_N_STEPS = 100
@@ -214,9 +215,11 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
     return tower_losses, tower_gradvars, tower_probabilities, update_ops
 
 
-def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
+def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None, weight_averages=None):
     """The momentum optimizer, unscaling fp16 gradients with `loss_scale` (a
-    mixed_precision.DynamicLossScale, or None), wrapped for synchronous replicas with --sync.
+    mixed_precision.DynamicLossScale, or None), updating `weight_averages` (a
+    weight_averaging.WeightAverages, or None) after each update, and wrapped for
+    synchronous replicas with --sync.
 
     Returns:
       (optimizer, hooks) where hooks must run on every worker.
@@ -225,6 +228,8 @@ def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None):
         learning_rate, momentum=hparams.momentum, use_nesterov=hparams.nesterov)
     if loss_scale is not None:
         optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale)
+    if weight_averages is not None:
+        optimizer = weight_averaging.AveragingOptimizer(optimizer, weight_averages)
     if not hparams.sync:
         return optimizer, []
     optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
@@ -256,6 +261,15 @@ def _predictions(probabilities):
     }
 
 
+def _inference_scaffold(hparams):
+    """The Scaffold of EVAL and PREDICT (so of exports): with --moving-average-decay its
+    Saver restores the averaged weights (weight_averaging.evaluation_saver)."""
+    if hparams.moving_average_decay is None:
+        return None
+    return tf.compat.v1.train.Scaffold(
+        saver=weight_averaging.evaluation_saver(tf.compat.v1.trainable_variables()))
+
+
 def _predict_spec(features, hparams, precision_policy):
     """PREDICT (and SavedModel export): one tower, whatever the number of training towers.
 
@@ -277,7 +291,8 @@ def _predict_spec(features, hparams, precision_policy):
         mode=tf.estimator.ModeKeys.PREDICT,
         predictions=predictions,
         export_outputs={tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
-                        tf.estimator.export.PredictOutput(predictions)})
+                        tf.estimator.export.PredictOutput(predictions)},
+        scaffold=_inference_scaffold(hparams))
 
 
 def make_model_fn(layout, hparams, progress=None):
@@ -316,12 +331,19 @@ def make_model_fn(layout, hparams, progress=None):
                 stacked_labels, predictions["classes"])}
             if not is_training:
                 return tf.estimator.EstimatorSpec(
-                    mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
+                    mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics,
+                    scaffold=_inference_scaffold(hparams))
 
             global_step = tf.compat.v1.train.get_or_create_global_step()
             learning_rate = schedule.learning_rate_tensor(hparams, global_step)
+            weight_averages = None
+            if hparams.moving_average_decay is not None:
+                weight_averages = weight_averaging.WeightAverages(
+                    hparams.moving_average_decay, tf.compat.v1.trainable_variables(),
+                    global_step)
             optimizer, optimizer_hooks = _make_optimizer(
-                learning_rate, hparams, config.is_chief if config else True, loss_scale)
+                learning_rate, hparams, config.is_chief if config else True, loss_scale,
+                weight_averages)
             apply_op = optimizer.apply_gradients(
                 average_gradients(tower_gradvars), global_step=global_step)
             train_op = tf.group(apply_op, *update_ops)
@@ -333,12 +355,16 @@ def make_model_fn(layout, hparams, progress=None):
             tf.compat.v1.summary.image(
                 "images", tf.cast(features[0], tf.uint8), max_outputs=NUM_SUMMARY_IMAGES)
             logged = {"learning_rate": learning_rate, "loss": loss}
-            scaffold = None
             if loss_scale is not None:
                 tf.compat.v1.summary.scalar("loss_scale", loss_scale.scale)
                 logged["loss_scale"] = loss_scale.scale
+            optional_variables = [
+                holder.optional_variables() for holder in (loss_scale, weight_averages)
+                if holder is not None]
+            scaffold = None
+            if optional_variables:
                 scaffold = tf.compat.v1.train.Scaffold(
-                    saver=_checkpoint_saver(config, [loss_scale.optional_variables()]))
+                    saver=_checkpoint_saver(config, optional_variables))
 
         hooks = optimizer_hooks + [
             tf.compat.v1.train.LoggingTensorHook(logged, every_n_iter=LOSS_LOG_EVERY_N_STEPS),
@@ -359,7 +385,7 @@ def make_model_fn(layout, hparams, progress=None):
 
 def _checkpoint_saver(config, optional_variables):
     """The Saver tf.estimator would make, resuming checkpoints without `optional_variables`
-    (checkpoint_saver.OptionalVariables, e.g. fp16's loss scale).
+    (checkpoint_saver.OptionalVariables: fp16's loss scale, the weights' moving averages).
 
     config: the Estimator's RunConfig, or None (then RunConfig's defaults).
     """

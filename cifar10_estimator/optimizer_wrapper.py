@@ -1,9 +1,9 @@
 """OptimizerWrapper: the base of optimizers that add to the update of the optimizer they wrap.
 
-fp16's loss scaling (mixed_precision.LossScaleOptimizer) wraps the momentum optimizer and
-changes only how gradients are applied. Under --sync, SyncReplicasOptimizer wraps it in
-turn and asks the optimizer it wraps for its slots and variables: this base forwards
-those, for every such wrapper.
+fp16's loss scaling (mixed_precision.LossScaleOptimizer) and the weights' moving averages
+(weight_averaging.AveragingOptimizer) each wrap the momentum optimizer and change only
+how gradients are applied. Under --sync, SyncReplicasOptimizer wraps them in turn and
+asks the optimizer it wraps for its slots and variables: this base forwards those.
 """
 
 import tensorflow as tf

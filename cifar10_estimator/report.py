@@ -17,17 +17,19 @@ TEST_RESULTS_FORMAT = "cifar10_estimator.test_results/1"
 
 def test_accuracy_line(results):
     """The log line of the test evaluation, from `test_results`' dict."""
-    return "Test accuracy: %.4f on %d examples (checkpoint %s)" % (
-        results["accuracy"], results["num_examples"], os.path.basename(results["checkpoint"]))
+    return "Test accuracy: %.4f on %d examples (checkpoint %s); weights: %s" % (
+        results["accuracy"], results["num_examples"], os.path.basename(results["checkpoint"]),
+        results["weights"])
 
 
-def test_results(metrics, num_examples, checkpoint):
+def test_results(metrics, num_examples, checkpoint, weights):
     """The JSON-ready record of a test evaluation.
 
     Args:
       metrics: the Estimator's evaluation dict (accuracy, loss, global_step).
       num_examples: examples evaluated, each once.
       checkpoint: the checkpoint path evaluated.
+      weights: which weights were evaluated (weight_averaging.evaluated_weights).
     """
     return {
         "format": TEST_RESULTS_FORMAT,
@@ -37,6 +39,7 @@ def test_results(metrics, num_examples, checkpoint):
         "num_examples": int(num_examples),
         "global_step": int(metrics["global_step"]),
         "checkpoint": checkpoint,
+        "weights": weights,
     }
 
 

@@ -26,6 +26,7 @@ from cifar10_estimator import cifar10
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import UsageError
+from cifar10_estimator.serving import export
 from cifar10_estimator.distributed.local_cluster import Task
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module, start_module
 from test_training import checkpoint_steps, eval_metrics, trainer_args
@@ -345,6 +346,17 @@ def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_sec
                for line in task_lines(result.stdout, "evaluator"))
 
 
+AVERAGE_SUFFIX = "/ExponentialMovingAverage"
+
+
+def averages_and_weights(checkpoint):
+    """{weight name: (its moving average, its value)} of a checkpoint."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    return {name[:-len(AVERAGE_SUFFIX)]: (reader.get_tensor(name),
+                                          reader.get_tensor(name[:-len(AVERAGE_SUFFIX)]))
+            for name in reader.get_variable_to_shape_map() if name.endswith(AVERAGE_SUFFIX)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [
     ("--train-steps", "30"),
@@ -352,20 +364,27 @@ def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_sec
     # which trains nothing, must count the trainers too to know it.
     ("--sync", "--train-epochs", "15"),
 ], ids=["async", "sync"])
-def test_two_ps_hold_the_variables_and_the_checkpoint_serves_on_one_machine(
+def test_two_ps_hold_the_variables_with_their_averages_and_the_checkpoint_serves_on_one_machine(
         tiny_data_dir, tmp_path, mode_flags):
     job_dir = tmp_path / "job"
-    result = launch(tiny_data_dir, job_dir, "--log-device-placement", *mode_flags,
+    result = launch(tiny_data_dir, job_dir, "--log-device-placement",
+                    "--moving-average-decay", "0.9", *mode_flags,
                     launcher_flags=["--num-ps", "2", "--num-workers", "2"])
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-5000:]
     assert "Traceback" not in result.stdout
 
     # tf.estimator's device function deals the variables out to the ps tasks in turn,
-    # as they are created; an optimizer's slot variables (Momentum) sit with theirs.
+    # as they are created; an optimizer's slot variables (Momentum) and the weights'
+    # moving averages sit with theirs.
     placed = placements(task_lines(result.stdout, "chief"))
-    variables = {op: device for op, op_type, device in placed
-                 if op_type == "VarHandleOp" and not op.endswith("/Momentum")
-                 and op != "sync_rep_local_step"}
+    handles = {op: device for op, op_type, device in placed if op_type == "VarHandleOp"}
+    beside = {op: device for op, device in handles.items()
+              if op.endswith(("/Momentum", AVERAGE_SUFFIX))}
+    assert any(op.endswith(AVERAGE_SUFFIX) for op in beside), sorted(handles)
+    for op, device in beside.items():
+        assert device == handles[op.rsplit("/", 1)[0]], op
+    variables = {op: device for op, device in handles.items()
+                 if op not in beside and op != "sync_rep_local_step"}
     per_ps = collections.Counter(variables.values())
     assert set(per_ps) == {"/job:ps/replica:0/task:%d/device:CPU:0" % index
                            for index in (0, 1)}, variables
@@ -377,13 +396,29 @@ def test_two_ps_hold_the_variables_and_the_checkpoint_serves_on_one_machine(
     else:
         final_step = assert_async_final_step(job_dir, 30, num_trainers=3)
     with open(str(job_dir / "test_results.json")) as stream:
-        assert json.load(stream)["global_step"] >= final_step
+        results = json.load(stream)
+    assert results["global_step"] >= final_step
+    assert results["weights"] == "moving average, decay 0.9"
+
+    # The newest export holds the averages of the checkpoint it was made of as its weights
+    # (in an async run the last evaluated checkpoint may not be the last one written).
+    export_dir = export.resolve_export_dir(str(job_dir / "export" / "latest"))
+    exported = tf.train.load_checkpoint(os.path.join(export_dir, "variables", "variables"))
+    checkpoints = tf.train.get_checkpoint_state(str(job_dir)).all_model_checkpoint_paths
+    exported_checkpoints = [
+        pairs for pairs in map(averages_and_weights, checkpoints)
+        if pairs and all(np.array_equal(exported.get_tensor(name), average)
+                         for name, (average, _) in pairs.items())]
+    assert exported_checkpoints, "the export holds no checkpoint's averages"
+    assert any(not np.array_equal(average, weight)
+               for average, weight in exported_checkpoints[-1].values())
 
     # A checkpoint sharded over two ps restores in one process, and so does its export.
     evaluated = run_module("cifar10_estimator.serving.evaluate",
                            ["--job-dir", job_dir, "--data-dir", tiny_data_dir], timeout=180)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert re.search(r"^accuracy: [0-9.]+ \(\d+/32\)$", evaluated.stdout, re.M), evaluated.stdout
+    assert "weights: moving average, decay 0.9" in evaluated.stdout
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(np.zeros([32, 32, 3], np.uint8) + 128).numpy())
     predicted = run_module("cifar10_estimator.serving.predict",

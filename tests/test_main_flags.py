@@ -37,7 +37,8 @@ def test_help_lists_every_flag_of_the_original_and_the_new_ones():
                  "--num-intra-threads", "--num-inter-threads", "--data-format",
                  "--log-device-placement", "--batch-norm-decay", "--batch-norm-epsilon",
                  "--num-cpu-towers", "--use-synthetic-data", "--save-checkpoints-steps",
-                 "--eval-every-secs", "--learning-rate-scaling", "--eval-flips"):
+                 "--eval-every-secs", "--learning-rate-scaling", "--moving-average-decay",
+                 "--eval-flips"):
         assert flag in result.stdout, flag
 
 
@@ -85,6 +86,8 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--num-cpu-towers", "0"], ["--num-cpu-towers", "positive"]),
     (["--use-distortion-for-training", "maybe"], ["maybe"]),
     (["--num-layers", "many"], ["--num-layers", "many"]),
+    (["--moving-average-decay", "1"], ["--moving-average-decay", "between 0 and 1", "'1'"]),
+    (["--moving-average-decay", "0"], ["--moving-average-decay", "between 0 and 1", "'0'"]),
 ])
 def test_flag_errors_are_one_line_with_exit_2(base_args, extra, fragments):
     assert_one_line_error(run_trainer(*(base_args + extra)), 2, *fragments)

@@ -192,17 +192,18 @@ def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
     assert asynchronous.examples_per_global_step == 128
 
 
-def sync_cluster_update(worker_batches, num_towers):
+def sync_cluster_update(worker_batches, num_towers, moving_average_decay):
     """Trainable variables before and after one --sync update of an in-process cluster.
 
     A ps, a chief and a worker run as TensorFlow servers in this process; each trainer
     builds its own graph with the real model_fn under the Estimator's default device
     function and runs one step through a MonitoredTrainingSession with the model_fn's
     training hooks, each on its own batch of worker_batches, split over num_towers
-    logical CPU devices.
+    logical CPU devices, keeping moving averages of the weights with
+    --moving-average-decay moving_average_decay.
 
     Returns:
-      ({name: value} before, {name: value} after).
+      ({name: value} before, {name: value} after, {name: value of its average} after).
     """
     jobs = ["chief", "worker"]
     spec = local_cluster.make_cluster(1, 1, local_cluster.free_ports(3))
@@ -212,8 +213,10 @@ def sync_cluster_update(worker_batches, num_towers):
     servers = [tf.distribute.Server(cluster_spec, job_name=job, task_index=0, config=device_config)
                for job in jobs]
     hparams = job_hparams.HParams(num_layers=8, train_batch_size=len(worker_batches[0][0]),
-                                  num_workers=len(jobs), sync=True)
+                                  num_workers=len(jobs), sync=True,
+                                  moving_average_decay=moving_average_decay)
     layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=num_towers)
+    defaults = tf.estimator.RunConfig()  # what the RunConfig the model_fn reads would say
     sessions, train_ops = [], []
     for job, server, (images, labels) in zip(jobs, servers, worker_batches):
         with tf.Graph().as_default():
@@ -225,7 +228,10 @@ def sync_cluster_update(worker_batches, num_towers):
                     tf.constant(images), tf.constant(labels), num_towers)
                 estimator_spec = model_fn.make_model_fn(layout, hparams)(
                     image_shards, label_shards, tf.estimator.ModeKeys.TRAIN,
-                    types.SimpleNamespace(is_chief=job == "chief"))
+                    types.SimpleNamespace(
+                        is_chief=job == "chief",
+                        keep_checkpoint_max=defaults.keep_checkpoint_max,
+                        keep_checkpoint_every_n_hours=defaults.keep_checkpoint_every_n_hours))
             variables = tf.compat.v1.trainable_variables()
             # The chief first: it initializes the variables the worker waits for.
             sessions.append(tf.compat.v1.train.MonitoredTrainingSession(
@@ -235,11 +241,13 @@ def sync_cluster_update(worker_batches, num_towers):
             train_ops.append(estimator_spec.train_op)
             if job == "chief":
                 chief_variables = variables
+                chief_globals = {variable.op.name: variable
+                                 for variable in tf.compat.v1.global_variables()}
     chief_session = sessions[0]
 
-    def read_variables():
-        values = chief_session.run_step_fn(
-            lambda step_context: step_context.session.run(chief_variables))
+    def read_variables(suffix=""):
+        read = [chief_globals[variable.op.name + suffix] for variable in chief_variables]
+        values = chief_session.run_step_fn(lambda step_context: step_context.session.run(read))
         return {variable.op.name: value for variable, value in zip(chief_variables, values)}
 
     before = read_variables()
@@ -251,9 +259,10 @@ def sync_cluster_update(worker_batches, num_towers):
         step.join(120)
         assert not step.is_alive(), "the synchronous update never came"
     after = read_variables()
+    averages = read_variables("/ExponentialMovingAverage")
     for session in reversed(sessions):
         session.close()
-    return before, after
+    return before, after, averages
 
 
 def one_process_update(initial_values, images, labels, num_towers):
@@ -288,11 +297,17 @@ def test_sync_update_of_workers_with_towers_is_the_one_process_update_of_the_glo
     2-example shard in both runs, so the two updates agree up to float rounding. The
     chief's batch alone gives another update, so a worker's gradient left out would
     show.
+
+    With --moving-average-decay the chief averages once per aggregated update, before
+    the workers' tokens for the next step go out: as the step ends, each average has
+    moved from its weight's start once, with the decay of global step 1.
     """
     rng = np.random.RandomState(0)
     batches = [(rng.randint(0, 256, size=(4, 32, 32, 3)).astype(np.float32),
                 rng.randint(0, 10, size=4).astype(np.int32)) for _ in range(2)]
-    before, after = sync_cluster_update(batches, num_towers=2)
+    decay = 0.9
+    before, after, averages = sync_cluster_update(batches, num_towers=2,
+                                                  moving_average_decay=decay)
 
     global_images = np.concatenate([images for images, _ in batches])
     global_labels = np.concatenate([labels for _, labels in batches])
@@ -310,6 +325,12 @@ def test_sync_update_of_workers_with_towers_is_the_one_process_update_of_the_glo
                                    atol=1e-5 * largest_change, err_msg=name)
     assert max(np.abs(chief_alone[name] - expected[name]).max()
                for name in expected) > 0.1 * largest_change
+
+    ramped = min(decay, 2.0 / 11.0)
+    for name in expected:
+        np.testing.assert_allclose(
+            averages[name], before[name] - (1 - ramped) * (before[name] - after[name]),
+            rtol=0, atol=1e-7, err_msg=name)
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 0.3])

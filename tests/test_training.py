@@ -74,8 +74,9 @@ def test_validation_during_training_and_one_test_evaluation_at_the_end(tiny_data
     assert results["num_examples"] == 32 and results["global_step"] == 10
     assert results["checkpoint"].endswith("model.ckpt-10")
     assert abs(results["accuracy"] - test_events[10]["accuracy"]) < 1e-6
-    assert "Test accuracy: %.4f on 32 examples (checkpoint model.ckpt-10)" % results["accuracy"] \
-        in result.stderr
+    assert results["weights"] == "trained"
+    assert "Test accuracy: %.4f on 32 examples (checkpoint model.ckpt-10); weights: trained" \
+        % results["accuracy"] in result.stderr
     # The closing summary says where things are and what to run next.
     assert "validation accuracy" in result.stdout and "test accuracy" in result.stdout
     assert str(job_dir / "export" / "best") in result.stdout
@@ -83,6 +84,27 @@ def test_validation_during_training_and_one_test_evaluation_at_the_end(tiny_data
     assert "tensorboard --logdir %s" % job_dir in result.stdout
     # 10 steps end long before epoch 82: the log says the rate never drops, once.
     assert result.stderr.count("ends before the first learning-rate drop") == 1
+
+
+def test_averaged_weights_and_flips_are_recorded_and_evaluate_agrees(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "5",
+                                             "--moving-average-decay", "0.9", "--eval-flips"))
+    assert result.returncode == 0, result.stderr[-5000:]
+    hparams = json.loads((job_dir / "hparams.json").read_text())["hparams"]
+    assert (hparams["moving_average_decay"], hparams["eval_flips"]) == (0.9, True)
+    results = json.loads((job_dir / "test_results.json").read_text())
+    assert results["weights"] == "moving average, decay 0.9"
+    assert "Test accuracy: %.4f on 32 examples (checkpoint model.ckpt-5); weights: moving " \
+           "average, decay 0.9" % results["accuracy"] in result.stderr
+
+    # evaluate rebuilds the model from hparams.json: the same weights, the same flips.
+    evaluated = run_module("cifar10_estimator.serving.evaluate", [
+        "--job-dir", job_dir, "--data-dir", tiny_data_dir, "--json", tmp_path / "eval.json"])
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "weights: moving average, decay 0.9" in evaluated.stdout
+    assert json.loads((tmp_path / "eval.json").read_text())["accuracy"] == pytest.approx(
+        results["accuracy"])
 
 
 def without_validation_set(tiny_data_dir, tmp_path):

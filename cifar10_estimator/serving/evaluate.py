@@ -4,8 +4,9 @@
 
 The network is rebuilt from job-dir/hparams.json (written by training) and restored
 from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
-the exported model (argmax over the 10 real classes, see model_fn._predictions),
-averaged over each image and its mirror if training evaluated so (--eval-flips).
+the exported model (argmax over the 10 real classes, see model_fn._predictions): with
+the weights' moving averages if training kept them (--moving-average-decay), and
+averaged over each image and its mirror if it evaluated so (--eval-flips).
 """
 
 import argparse
@@ -104,7 +105,8 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
         # PREDICT runs one channels_last tower wherever TensorFlow places it (model_fn).
         spec = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams)(
             {"images": images}, None, tf.estimator.ModeKeys.PREDICT, None)
-        saver = tf.compat.v1.train.Saver()
+        # The Saver of PREDICT restores what exports hold: the averaged weights, if any.
+        saver = spec.scaffold.saver or tf.compat.v1.train.Saver()
         config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
         with tf.compat.v1.Session(config=config) as session:
             try:
@@ -163,6 +165,7 @@ def format_report(results):
     width = max(len(name) for name in CLASS_NAMES) + 1
     lines = [
         "checkpoint: %s (global step %s)" % (results["checkpoint"], results["global_step"]),
+        "weights: %s" % results["weights"],
         "subset: %s, %d examples" % (results["subset"], results["num_examples"]),
         "accuracy: %s" % _fraction(results["accuracy"], results["num_correct"],
                                    results["num_examples"]),
@@ -191,13 +194,16 @@ def _global_step(checkpoint):
 def main(argv):
     args = build_parser().parse_args(argv)
     quiet_tensorflow_logs("2", "ERROR")
+    from cifar10_estimator import weight_averaging
     hparams = job_hparams.load(args.job_dir)
     checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
     predicted, labels = predict_subset(
         checkpoint, hparams, args.data_dir, args.subset, args.batch_size)
     results = summarize(confusion_matrix(labels, predicted))
     results.update(checkpoint=checkpoint, global_step=_global_step(checkpoint),
-                   subset=args.subset, data_dir=args.data_dir)
+                   subset=args.subset, data_dir=args.data_dir,
+                   weights=weight_averaging.evaluated_weights(hparams.moving_average_decay,
+                                                              checkpoint))
     print(format_report(results))
     if args.json:
         json_file.write_atomically(args.json, results)
