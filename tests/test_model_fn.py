@@ -394,7 +394,8 @@ def train_graph(**fields):
 
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_nesterov_flag_reaches_the_momentum_update(nesterov):
-    updates = [op for op in train_graph(nesterov=nesterov).get_operations() if "ApplyMomentum" in op.type]
+    updates = [op for op in train_graph(nesterov=nesterov).get_operations()
+               if "ApplyMomentum" in op.type]
     assert updates and all(op.get_attr("use_nesterov") is nesterov for op in updates)
 
 
