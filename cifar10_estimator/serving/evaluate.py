@@ -21,9 +21,6 @@ from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError
 
-CLASS_NAMES = cifar10.CLASS_NAMES
-NUM_CLASSES = cifar10.NUM_CLASSES
-
 
 def build_parser():
     parser = ArgumentParser(
@@ -124,9 +121,10 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
 
 def confusion_matrix(labels, predicted):
     """int64 [10, 10]: entry [t, p] counts examples of true class t predicted as p."""
-    pairs = np.asarray(labels, np.int64) * NUM_CLASSES + np.asarray(predicted, np.int64)
-    return np.bincount(pairs, minlength=NUM_CLASSES * NUM_CLASSES).reshape(
-        NUM_CLASSES, NUM_CLASSES)
+    num_classes = cifar10.NUM_CLASSES
+    pairs = np.asarray(labels, np.int64) * num_classes + np.asarray(predicted, np.int64)
+    return np.bincount(pairs, minlength=num_classes * num_classes).reshape(
+        num_classes, num_classes)
 
 
 def summarize(matrix):
@@ -142,14 +140,14 @@ def summarize(matrix):
     per_class = {
         name: {"num_examples": int(total), "num_correct": int(hits),
                "accuracy": float(hits) / total if total else None}
-        for name, hits, total in zip(CLASS_NAMES, correct, totals)}
+        for name, hits, total in zip(cifar10.CLASS_NAMES, correct, totals)}
     num_examples = int(matrix.sum())
     return {
         "num_examples": num_examples,
         "num_correct": int(correct.sum()),
         "accuracy": float(correct.sum()) / num_examples if num_examples else None,
         "per_class": per_class,
-        "class_names": list(CLASS_NAMES),
+        "class_names": list(cifar10.CLASS_NAMES),
         "confusion_matrix": matrix.tolist(),
     }
 
@@ -162,7 +160,7 @@ def _fraction(accuracy, hits, total):
 
 def format_report(results):
     """The results of `summarize` (plus checkpoint and subset) as text for a terminal."""
-    width = max(len(name) for name in CLASS_NAMES) + 1
+    width = max(len(name) for name in cifar10.CLASS_NAMES) + 1
     lines = [
         "checkpoint: %s (global step %s)" % (results["checkpoint"], results["global_step"]),
         "weights: %s" % results["weights"],
@@ -172,13 +170,13 @@ def format_report(results):
         "",
         "per-class accuracy:",
     ]
-    for name in CLASS_NAMES:
+    for name in cifar10.CLASS_NAMES:
         entry = results["per_class"][name]
         lines.append("  %-*s %s" % (width, name, _fraction(
             entry["accuracy"], entry["num_correct"], entry["num_examples"])))
     lines += ["", "confusion matrix (rows: true class, columns: predicted class):",
-              " " * width + "".join("%*s" % (width, name) for name in CLASS_NAMES)]
-    for name, row in zip(CLASS_NAMES, results["confusion_matrix"]):
+              " " * width + "".join("%*s" % (width, name) for name in cifar10.CLASS_NAMES)]
+    for name, row in zip(cifar10.CLASS_NAMES, results["confusion_matrix"]):
         lines.append("%-*s" % (width, name) + "".join("%*d" % (width, count) for count in row))
     return "\n".join(lines)
 
