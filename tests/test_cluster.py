@@ -35,6 +35,7 @@ LOSS_AT_STEP = re.compile(r"\bloss = [0-9.e+-]+, step = (\d+)")
 WORKER_RATE = re.compile(r"\bAverage examples/sec: ([0-9.e+]+) \(([0-9.e+]+)\), step = (\d+)$")
 CLUSTER_RATE = re.compile(
     r"\bCluster examples/sec: ([0-9.e+]+) \(([0-9.e+]+)\), global step = (\d+)$")
+SESSION_CREATED = re.compile(r"\bDone running local_init_op\.$")  # a trainer's session is up
 
 
 def assert_async_final_step(job_dir, train_steps, num_trainers):
@@ -425,16 +426,23 @@ class TaskProcesses:
         with open(self.log_path(log_name)) as stream:
             return stream.read()
 
-    def wait_for_step(self, process, log_name, timeout_secs=180):
-        """First global step the task logged a loss at, waiting for it."""
+    def wait_for(self, process, log_name, pattern, timeout_secs=180):
+        """The match of `pattern` in the first line of the task's log that has one,
+        waiting for it while the task runs."""
         deadline = time.monotonic() + timeout_secs
         while True:
-            steps = loss_steps(self.log(log_name).splitlines())
-            if steps:
-                return steps[0]
+            for line in self.log(log_name).splitlines():
+                match = pattern.search(line)
+                if match:
+                    return match
             assert process.poll() is None, self.log(log_name)[-3000:]
-            assert time.monotonic() < deadline, "%s logged no step" % log_name
+            assert time.monotonic() < deadline, "%s logged no line matching %r" % (
+                log_name, pattern.pattern)
             time.sleep(0.2)
+
+    def wait_for_step(self, process, log_name):
+        """First global step the task logged a loss at, waiting for it."""
+        return int(self.wait_for(process, log_name, LOSS_AT_STEP).group(1))
 
     def kill_all(self):
         for process in self._processes:
@@ -471,24 +479,36 @@ def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, ta
     task_processes.start(Task("ps", 0), args)
     chief = task_processes.start(Task("chief"), args)
     worker = task_processes.start(Task("worker", 0), args)
-    # The chief is paused (SIGSTOP) while a worker starts, so that it cannot finish
-    # the run alone however slow the machine; the kill comes while both train.
+    # Without --sync the chief trains alone until the worker starts, and could finish the
+    # run first: it is paused (SIGSTOP) meanwhile. With --sync its first step already
+    # waited for the worker's first gradient.
     task_processes.wait_for_step(chief, "chief")
     chief.send_signal(signal.SIGSTOP)
     first_step = task_processes.wait_for_step(worker, "worker0")
     chief.send_signal(signal.SIGCONT)
-    time.sleep(1)
+    # The kill comes once the worker has seen the global step move on, 10 steps later.
+    step_seen = int(task_processes.wait_for(worker, "worker0", CLUSTER_RATE).group(3))
     worker.send_signal(signal.SIGKILL)
     worker.wait()
 
+    # While the worker restarts the chief could finish the run alone again: without
+    # --sync, and with --sync too when the worker died waiting for its token, which the
+    # chief then takes to give both gradients of each update itself. So it is paused;
+    # with --sync only until the restarted worker's session is up, as its first step
+    # waits for an update that the chief's thread applies. The chief would need
+    # hundreds of steps to finish alone from there, the worker one to rejoin.
     chief.send_signal(signal.SIGSTOP)
     restarted = task_processes.start(Task("worker", 0), args, "worker0-restarted")
+    if "--sync" in mode_flags:
+        task_processes.wait_for(restarted, "worker0-restarted", SESSION_CREATED)
+        chief.send_signal(signal.SIGCONT)
     rejoined_step = task_processes.wait_for_step(restarted, "worker0-restarted")
     chief.send_signal(signal.SIGCONT)
 
     assert chief.wait(180) == 0, task_processes.log("chief")[-3000:]
     assert restarted.wait(60) == 0, task_processes.log("worker0-restarted")[-3000:]
-    assert rejoined_step > first_step  # it went on from the shared variables
+    # It went on from the shared variables, from where the killed worker left them.
+    assert rejoined_step >= step_seen > first_step
     if mode_flags:  # synchronous updates end exactly at --train-steps
         assert checkpoint_steps(job_dir)[-1] == 300
     else:
