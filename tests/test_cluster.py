@@ -36,6 +36,7 @@ WORKER_RATE = re.compile(r"\bAverage examples/sec: ([0-9.e+]+) \(([0-9.e+]+)\), 
 CLUSTER_RATE = re.compile(
     r"\bCluster examples/sec: ([0-9.e+]+) \(([0-9.e+]+)\), global step = (\d+)$")
 SESSION_CREATED = re.compile(r"\bDone running local_init_op\.$")  # a trainer's session is up
+EVALUATION_STARTED = re.compile(r"\bStarting evaluation at ")
 
 
 def assert_async_final_step(job_dir, train_steps, num_trainers):
@@ -417,26 +418,34 @@ def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp
 
 @pytest.mark.slow
 def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_secs(
-        tiny_data_dir, tmp_path):
+        tiny_data_dir, tmp_path, start_launcher):
     job_dir = tmp_path / "job"
     default_eval_every_secs = trainer.build_parser().get_default("eval_every_secs")
     assert default_eval_every_secs == 600
-    result = launch(tiny_data_dir, job_dir, "--train-steps", "300",
-                    "--save-checkpoints-steps", "50",
-                    "--eval-every-secs", str(default_eval_every_secs),
-                    launcher_flags=["--num-workers", "0"])
+    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "300",
+                         "--save-checkpoints-steps", "50",
+                         "--eval-every-secs", str(default_eval_every_secs),
+                         launcher_flags=["--num-workers", "0"])
+    # The chief, which could write the final checkpoint before the evaluator is up, is
+    # paused (SIGSTOP) until the evaluator starts on a first one.
+    run.wait_for("chief", LOSS_AT_STEP)
+    run.send_signal("chief", signal.SIGSTOP)
+    run.wait_for("evaluator", EVALUATION_STARTED)
+    run.send_signal("chief", signal.SIGCONT)
+    status = run.wait()
     exited_at = time.time()
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-5000:]
+    output = run.output()
+    assert status == 0, output[-8000:]
     final_checkpoint_written_at = os.path.getmtime(str(job_dir / "model.ckpt-300.index"))
     assert exited_at - final_checkpoint_written_at < 60
-    # A first checkpoint is evaluated at once, which starts the 600 s wait; the
-    # checkpoints written during it are skipped, the final one is not.
+    # That first evaluation starts the 600 s wait; the checkpoints written during it are
+    # skipped, the final one is not.
     evaluated = sorted(eval_metrics(job_dir))
     assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == 300, evaluated
     with open(str(job_dir / "test_results.json")) as stream:
         assert json.load(stream)["global_step"] == 300
     assert any(line.startswith("INFO:tensorflow:Test accuracy: ")
-               for line in task_lines(result.stdout, "evaluator"))
+               for line in task_lines(output, "evaluator"))
 
 
 @pytest.mark.slow
