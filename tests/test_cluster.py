@@ -209,14 +209,14 @@ def launch(data_dir, job_dir, *trainer_flags, launcher_flags=()):
                       timeout=300)
 
 
-def wait_for_line(process, read_lines, pattern, source, timeout_secs=180):
-    """The match of `pattern` in the first of read_lines() that has one, waiting for it while
-    `process` runs."""
+def wait_for_line(process, read_log, pattern, source, prefix="", timeout_secs=180):
+    """The match of `pattern` in the first line of read_log() after `prefix` that has one,
+    waiting for it while `process` runs."""
     deadline = time.monotonic() + timeout_secs
     while True:
-        lines = read_lines()
+        lines = read_log().splitlines()
         for line in lines:
-            match = pattern.search(line)
+            match = line.startswith(prefix) and pattern.search(line[len(prefix):])
             if match:
                 return match
         assert process.poll() is None, "\n".join(lines[-50:])
@@ -242,7 +242,7 @@ class LauncherRun:
 
     def wait_for(self, name, pattern):
         """The match of `pattern` in the first line of task `name` that has one, waiting for it."""
-        return wait_for_line(self._process, lambda: task_lines(self.output(), name), pattern, name)
+        return wait_for_line(self._process, self.output, pattern, name, prefix="[%s] " % name)
 
     def send_signal(self, name, signal_number):
         pid = re.search(r"^\[launcher\] started %s \(pid (\d+)\)$" % name, self.output(), re.M)
@@ -537,7 +537,7 @@ class TaskProcesses:
     def wait_for(self, process, log_name, pattern):
         """The match of `pattern` in the first line of the task's log that has one,
         waiting for it while the task runs."""
-        return wait_for_line(process, lambda: self.log(log_name).splitlines(), pattern, log_name)
+        return wait_for_line(process, lambda: self.log(log_name), pattern, log_name)
 
     def wait_for_step(self, process, log_name):
         """First global step the task logged a loss at, waiting for it."""
