@@ -28,6 +28,13 @@ def checkpoint_steps(job_dir):
                   for path in glob.glob(os.path.join(str(job_dir), "model.ckpt-*.index")))
 
 
+def resume_step(job_dir):
+    """Step of the checkpoint a rerun resumes from (the one job_dir's "checkpoint" file
+    names: a checkpoint's files are complete before it is named there), or None."""
+    path = tf.train.latest_checkpoint(str(job_dir))
+    return int(path.rsplit("-", 1)[1]) if path else None
+
+
 def eval_metrics(job_dir, eval_folder="eval_validation"):
     """{global_step: {tag: value}} read from the event files under job_dir/eval_folder."""
     metrics = {}
@@ -204,21 +211,23 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
                            stderr=open(str(tmp_path / "first.log"), "w"))
     try:
         deadline = time.time() + 300
-        while not [s for s in checkpoint_steps(job_dir) if s >= 5]:
+        # Not the newest model.ckpt-N.index: the kill may come before the "checkpoint"
+        # file names it, and a rerun resumes from the one named there.
+        while (resume_step(job_dir) or 0) < 5:
             assert process.poll() is None, open(str(tmp_path / "first.log")).read()[-3000:]
             assert time.time() < deadline, "no checkpoint within 300 s"
             time.sleep(0.2)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    killed_at = checkpoint_steps(job_dir)[-1]
+    killed_at = resume_step(job_dir)
     assert killed_at < 400, "training finished before it could be killed"
 
     result = run_module(MODULE, args)
     exited_at = time.time()
     assert result.returncode == 0, result.stderr[-5000:]
     restored = re.search(r"Restoring parameters from \S+model\.ckpt-(\d+)", result.stderr)
-    assert restored and int(restored.group(1)) >= killed_at
+    assert restored and int(restored.group(1)) == killed_at
     first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", result.stderr).group(1))
     assert first_step >= killed_at
     assert checkpoint_steps(job_dir)[-1] == 400
