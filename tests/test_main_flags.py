@@ -1,6 +1,8 @@
 """Flag validation of the trainer: every user error is one line and a non-zero exit."""
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
 from cifar10_estimator import schedule
 from cifar10_estimator.errors import UsageError
-from cli_helpers import assert_one_line_error, run_module
+from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
 MODULE = "cifar10_estimator.main"
 
@@ -226,3 +228,14 @@ def test_only_the_declared_fields_may_be_derived():
         job_hparams.HParams.from_flags(values, **dict(DERIVED, momentum=0.5))
     with pytest.raises(ValueError, match="derived"):
         job_hparams.HParams.from_flags(values, num_workers=1, data_format="channels_last")
+
+
+def test_the_flags_module_loads_no_tensorflow():
+    # The launcher and the converter check flags before TensorFlow's seconds-long import.
+    probe = ("import sys; import cifar10_estimator.flags, cifar10_estimator.generate_tfrecords, "
+             "cifar10_estimator.distributed.local_cluster; print('tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
