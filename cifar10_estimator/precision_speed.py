@@ -42,8 +42,8 @@ def machine_key():
     import tensorflow as tf
     processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
-    flags = sorted(hardware.cpu_flags() & {"avx512_bf16", "amx_bf16", "avx512_fp16",
-                                            "amx_tile", "avx512f", "avx2"})
+    flags = sorted(set(first.get("flags", "").split()) & {
+        "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_tile", "avx512f", "avx2"})
     return "%s | family %s model %s | %s | TensorFlow %s | oneDNN %s" % (
         first.get("model name", "unknown CPU"), first.get("cpu family", "?"),
         first.get("model", "?"), " ".join(flags), tf.__version__,
