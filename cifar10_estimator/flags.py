@@ -124,7 +124,19 @@ def build_parser():
            help="Nesterov momentum (the original uses plain momentum).")
     hparam(model, "--weight-decay", type=float, default=DEFAULTS.weight_decay,
            help="L2 weight decay factor: weight decay x the sum of tf.nn.l2_loss (half the "
-                "squared norm) of every trainable variable is added to the loss.")
+                "squared norm) of the decayed variables (--weight-decay-scope) is added to "
+                "the loss, i.e. weight decay x w is added to each gradient: the paper's "
+                "convention, in which He et al. 2016 used 1e-4.")
+    hparam(model, "--weight-decay-scope", choices=job_hparams.WEIGHT_DECAY_SCOPES,
+           default=DEFAULTS.weight_decay_scope,
+           help="all: decay every trainable variable (the original). kernels: only the "
+                "convolution and dense kernels; batch norm's gamma and beta and the dense "
+                "bias are not decayed.")
+    hparam(model, "--seed", type=non_negative_int, default=DEFAULTS.seed, metavar="N",
+           help="Graph-level random seed: the initial weights, the order of the training "
+                "data and its augmentation follow N (recorded in hparams.json). In a cluster "
+                "each trainer adds its rank, so workers still draw different batches. "
+                "Unset: every run draws anew, as the original.")
     hparam(model, "--label-smoothing", type=non_negative_float,
            default=DEFAULTS.label_smoothing, metavar="F",
            help="Train towards 1 - F on the label and F spread evenly over the 10 classes. "

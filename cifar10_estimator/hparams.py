@@ -16,6 +16,11 @@ from cifar10_estimator.errors import Cifar10EstimatorError
 HPARAMS_FILENAME = "hparams.json"
 HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
 
+# Which trainable variables weight decay pulls towards 0. all: every one, as the tutorial
+# (convolution and dense kernels, the dense bias, batch norm's gamma and beta); kernels:
+# the convolution and dense kernels only, leaving the scale and shift parameters free.
+WEIGHT_DECAY_SCOPES = ("all", "kernels")
+
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
@@ -26,7 +31,12 @@ class HParams:
     """
 
     num_layers: int = 44
+    # Factor of the sum of tf.nn.l2_loss (half the squared norm) of the decayed variables
+    # added to the loss, so its gradient adds weight_decay * w: the same convention as
+    # the paper's weight decay (He et al. 2016: 1e-4), which the tutorial doubled.
     weight_decay: float = 2e-4
+    # One of WEIGHT_DECAY_SCOPES.
+    weight_decay_scope: str = "all"
     momentum: float = 0.9
     learning_rate: float = 0.1
     batch_norm_decay: float = 0.997
@@ -62,6 +72,9 @@ class HParams:
     # Evaluation, prediction and exports average the class probabilities of each image
     # and its left-right mirror (twice the inference work); training is unaffected.
     eval_flips: bool = False
+    # Graph-level random seed of the run (weights' initial values, the training data's
+    # order and augmentation), None: a new draw every run, as the original.
+    seed: typing.Optional[int] = None
 
     # Fields no flag sets: the trainer derives them from the data, the devices and the
     # cluster (from_flags insists on exactly these).

@@ -9,6 +9,7 @@ test evaluation and the closing report.
 """
 
 import os
+import random
 import sys
 
 from cifar10_estimator import flags
@@ -60,7 +61,21 @@ def make_run_config(args, task=None):
         {"save_checkpoints_steps": args.save_checkpoints_steps}
         if args.save_checkpoints_steps else {"save_checkpoints_secs": 600})
     return tf.estimator.RunConfig(
-        model_dir=args.job_dir, session_config=session_config, **checkpoint_schedule)
+        model_dir=args.job_dir, session_config=session_config,
+        tf_random_seed=graph_seed(args.seed, task), **checkpoint_schedule)
+
+
+def graph_seed(seed, task=None):
+    """The graph-level seed of this process for --seed: the seed plus the trainer's rank.
+
+    The rank (chief 0, worker i: i + 1) keeps the workers of a cluster from drawing the
+    same batches in the same order; the ps and evaluator draw nothing that matters.
+    """
+    if seed is None:
+        return None
+    if task is None or task.task_type != cluster.WORKER:
+        return seed
+    return seed + 1 + task.task_index
 
 
 def make_train_input_fn(args, num_towers):
@@ -112,6 +127,10 @@ def train_and_evaluate(args, hparams, task=None):
     from cifar10_estimator import cifar10_utils, model_fn
 
     run_config = make_run_config(args, task)
+    if run_config.tf_random_seed is not None:
+        # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
+        # Python's random module, not from the graph seed.
+        random.seed(run_config.tf_random_seed)
     if not task or task.is_trainer:
         log_precision_speed(precision.policy(args.precision), args.num_gpus)
     if run_config.is_chief:

@@ -14,6 +14,7 @@ from cifar10_estimator import checkpoint_saver
 from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
+from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import mixed_precision
 from cifar10_estimator import precision
 from cifar10_estimator import schedule
@@ -165,10 +166,26 @@ def make_resnet_tower_fn(hparams, precision_policy):
             logits, probabilities = _inference(images, hparams, precision_policy)
         cross_entropy = mean_cross_entropy(
             labels, logits, hparams.label_smoothing if is_training else 0.0)
-        model_params = tf.compat.v1.trainable_variables()
-        weight_decay = hparams.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in model_params])
+        decayed = decayed_variables(tf.compat.v1.trainable_variables(),
+                                    hparams.weight_decay_scope)
+        weight_decay = hparams.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in decayed])
         return cross_entropy + weight_decay, probabilities
     return tower_fn
+
+
+def decayed_variables(variables, weight_decay_scope):
+    """The variables that weight decay applies to, for a hparams.WEIGHT_DECAY_SCOPES entry.
+
+    kernels keeps the convolution and dense kernels (`.../kernel`), leaving batch norm's
+    gamma and beta and the dense bias undecayed: the "no bias decay" of He et al. 2019
+    (Bag of Tricks).
+    """
+    if weight_decay_scope == "all":
+        return list(variables)
+    if weight_decay_scope == "kernels":
+        return [v for v in variables if v.op.name.rsplit("/", 1)[-1] == "kernel"]
+    raise ValueError("weight_decay_scope %r is not one of %s"
+                     % (weight_decay_scope, job_hparams.WEIGHT_DECAY_SCOPES))
 
 
 def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss_scale=None):

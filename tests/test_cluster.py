@@ -712,3 +712,13 @@ def test_tf1_master_trains_and_evaluates_in_process(tiny_data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert checkpoint_steps(job_dir)[-1] == 20
     assert 0.0 <= eval_metrics(job_dir)[20]["accuracy"] <= 1.0
+
+
+def test_with_a_seed_each_trainer_of_a_cluster_draws_its_own_batches():
+    addresses = {"ps": ["127.0.0.1:1"], "chief": ["127.0.0.1:2"],
+                 "worker": ["127.0.0.1:3", "127.0.0.1:4"]}
+    seeds = [trainer.graph_seed(5, cluster.ClusterTask(task_type, index, addresses))
+             for task_type, index in (("chief", 0), ("worker", 0), ("worker", 1))]
+    assert seeds == [5, 6, 7]
+    assert trainer.graph_seed(5) == 5
+    assert trainer.graph_seed(None, cluster.ClusterTask("worker", 1, addresses)) is None

@@ -185,6 +185,37 @@ def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variab
         np.exp(class_logits) / np.exp(class_logits).sum(axis=1, keepdims=True), rtol=1e-5)
 
 
+def test_kernels_scope_decays_the_convolution_and_dense_kernels_only():
+    hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01, weight_decay_scope="kernels")
+    with tf.Graph().as_default():
+        images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
+        labels = tf.constant([3, 7])
+        with tf.compat.v1.variable_scope("resnet"):
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+            loss, _ = tower_fn(images, labels, True)
+        trainable = tf.compat.v1.trainable_variables()
+        decayed = model_fn.decayed_variables(trainable, "kernels")
+        logits = resnet8_logits(images, hparams)
+        cross_entropy = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        squares = tf.add_n([tf.reduce_sum(tf.square(v)) for v in decayed])
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            loss, cross_entropy, squares = session.run([loss, cross_entropy, squares])
+    names = sorted(v.op.name for v in decayed)
+    # Every convolution's kernel and the dense one; no gamma, beta or bias.
+    assert names == sorted(v.op.name for v in trainable if v.op.name.endswith("/kernel"))
+    assert "resnet/dense/kernel" in names
+    assert len(names) == sum(1 for v in trainable if "conv2d" in v.op.name) + 1
+    assert not [name for name in names if "BatchNorm" in name or name.endswith("bias")]
+    np.testing.assert_allclose(loss, cross_entropy + 0.01 * squares / 2, rtol=1e-5)
+
+
+def test_an_unknown_weight_decay_scope_is_refused():
+    with pytest.raises(ValueError, match="biases"):
+        model_fn.decayed_variables([], "biases")
+
+
 def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
     sync = job_hparams.HParams(train_batch_size=128, num_workers=3, sync=True)
     asynchronous = job_hparams.HParams(train_batch_size=128, num_workers=3, sync=False)

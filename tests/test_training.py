@@ -8,6 +8,7 @@ import shutil
 import signal
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -112,6 +113,28 @@ def test_averaged_weights_and_flips_are_recorded_and_evaluate_agrees(tiny_data_d
     assert "weights: moving average, decay 0.9" in evaluated.stdout
     assert json.loads((tmp_path / "eval.json").read_text())["accuracy"] == pytest.approx(
         results["accuracy"])
+
+
+def final_weights(job_dir):
+    """{variable name: value} of the job's last checkpoint."""
+    reader = tf.train.load_checkpoint(str(job_dir))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_the_same_seed_trains_the_same_weights_and_another_seed_others(tiny_data_dir,
+                                                                       tmp_path):
+    runs = {}
+    for name, seed in (("first", "7"), ("again", "7"), ("other", "8")):
+        job_dir = tmp_path / name
+        result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "6",
+                                                 "--seed", seed))
+        assert result.returncode == 0, result.stderr[-5000:]
+        assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["seed"] == int(seed)
+        runs[name] = final_weights(job_dir)
+    kernel = next(name for name in runs["first"] if name.endswith("conv2d/kernel"))
+    for name, value in runs["first"].items():
+        assert np.array_equal(value, runs["again"][name]), name
+    assert not np.allclose(runs["first"][kernel], runs["other"][kernel])
 
 
 def without_validation_set(tiny_data_dir, tmp_path):
