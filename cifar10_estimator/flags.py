@@ -89,7 +89,8 @@ def build_parser():
     length = model.add_mutually_exclusive_group()
     hparam(length, "--train-steps", type=positive_int, default=DEFAULTS.train_steps,
            help="Global step at which training stops (default: the tutorial's %d). The "
-                "learning rate drops at epochs %s whatever this is."
+                "learning rate drops at epochs %s whatever this is, unless "
+                "--learning-rate-drops is given."
                 % (schedule.TUTORIAL_TRAIN_STEPS,
                    ", ".join(str(epoch) for epoch in schedule.TUTORIAL_DROP_EPOCHS)))
     hparam(length, "--train-epochs", type=positive_float, default=DEFAULTS.train_epochs,
@@ -99,9 +100,11 @@ def build_parser():
                 "Use this for runs shorter than the tutorial's 256 epochs.")
     hparam(model, "--learning-rate-drops", choices=sorted(schedule.PROPORTIONAL_DROPS),
            default=DEFAULTS.learning_rate_drops,
-           help="With --train-epochs: where the rate drops. paper: /10 at 50%% and 75%% of "
-                "the run (He et al. 2016); tutorial: /10 at 32%% and 48%% (the tutorial's "
-                "epochs 82 and 123 of 256).")
+           help="Place the rate's drops in proportion to the run. paper: /10 at 50%% and "
+                "75%% of it (He et al. 2016: --train-steps 64000 --learning-rate-drops paper "
+                "is the paper's schedule); tutorial: /10 at 32%% and 48%% (the tutorial's "
+                "epochs 82 and 123 of 256). Unset: paper with --train-epochs; with "
+                "--train-steps, the tutorial's drops at fixed epochs.")
     hparam(model, "--learning-rate-schedule", choices=schedule.SHAPES,
            default=DEFAULTS.learning_rate_schedule,
            help="Shape of the rate over the run. piecewise: the drops above (the original). "

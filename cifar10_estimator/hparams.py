@@ -47,12 +47,12 @@ class HParams:
     data_format: str = "channels_last"
     sync: bool = False
     # The run's length (see schedule.last_step): train_steps global steps, or
-    # train_epochs epochs whose learning-rate drops sit in proportion to the run, as
-    # learning_rate_drops (a key of schedule.PROPORTIONAL_DROPS) says; neither: the
-    # tutorial's 80000 steps and drops at epochs 82, 123 and 300.
+    # train_epochs epochs; neither: the tutorial's 80000 steps. learning_rate_drops (a
+    # key of schedule.PROPORTIONAL_DROPS) places the drops in proportion to the run;
+    # None: "paper" with train_epochs, else the tutorial's drops at epochs 82, 123, 300.
     train_steps: typing.Optional[int] = None
     train_epochs: typing.Optional[float] = None
-    learning_rate_drops: str = "paper"
+    learning_rate_drops: typing.Optional[str] = None
     # One of schedule.LEARNING_RATE_SCALINGS.
     learning_rate_scaling: str = "none"
     # One of schedule.SHAPES, after a linear warm-up of warmup_epochs (0: none).

@@ -7,7 +7,8 @@ tests), and the one line the log prints about it. Nothing else computes a rate.
 The tutorial trains 80000 global steps and multiplies its base rate by 0.1, 0.01 and
 0.002 after epochs 82, 123 and 300: the ResNet paper's drops at 32k and 48k of its 64k
 iterations, placed for a 256-epoch run (the third is never reached). With train_epochs
-the run is E epochs long and the drops sit in proportion to it (`PROPORTIONAL_DROPS`).
+the run is E epochs long and the drops sit in proportion to it (`PROPORTIONAL_DROPS`), as
+they do in a train_steps run that names its learning_rate_drops.
 That is the "piecewise" shape; "cosine" (a half cosine) and "linear" instead fall
 smoothly from the base rate to exactly 0 at the last step. A warm-up of W epochs first
 raises the rate linearly from base / warm-up steps to the base rate; cosine and linear
@@ -64,11 +65,24 @@ def drops(hparams):
 
     The rate is base x factors[i] after boundaries[i - 1] and up to boundaries[i].
     """
-    if hparams.train_epochs is None:
+    proportions = proportional_drops(hparams)
+    if proportions is None:
         epoch_steps = steps_per_epoch(hparams)
         return [epoch_steps * epoch for epoch in TUTORIAL_DROP_EPOCHS], TUTORIAL_DROP_FACTORS
-    fractions, factors = PROPORTIONAL_DROPS[hparams.learning_rate_drops]
+    fractions, factors = PROPORTIONAL_DROPS[proportions]
     return [int(round(fraction * last_step(hparams))) for fraction in fractions], factors
+
+
+def proportional_drops(hparams):
+    """The PROPORTIONAL_DROPS key the drops follow, or None for the tutorial's epochs.
+
+    learning_rate_drops when given (with train_steps too: --train-steps 64000
+    --learning-rate-drops paper drops after steps 32000 and 48000, the paper's run),
+    else "paper" for a train_epochs run and the tutorial's epochs otherwise.
+    """
+    if hparams.learning_rate_drops is not None:
+        return hparams.learning_rate_drops
+    return "paper" if hparams.train_epochs is not None else None
 
 
 def base_learning_rate(hparams):
@@ -174,13 +188,14 @@ def _shape_text(hparams):
 
 def never_drops_warning(hparams):
     """A warning when --train-steps ends before the tutorial's first drop, else None."""
-    if hparams.learning_rate_schedule != "piecewise" or hparams.train_steps is None:
+    if (hparams.learning_rate_schedule != "piecewise" or hparams.train_steps is None
+            or proportional_drops(hparams) is not None):
         return None
     boundaries, _ = drops(hparams)
     if hparams.train_steps > boundaries[0]:
         return None
     return ("--train-steps %d ends before the first learning-rate drop (after step %d, epoch "
             "%d): the rate stays %g for the whole run. To fit the drops into a shorter run, "
-            "give --train-epochs E instead of --train-steps."
+            "add --learning-rate-drops paper, or give --train-epochs E instead."
             % (hparams.train_steps, boundaries[0], TUTORIAL_DROP_EPOCHS[0],
                base_learning_rate(hparams)))

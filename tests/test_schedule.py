@@ -151,3 +151,17 @@ def test_every_shape_counts_the_global_steps_of_a_cluster(sync, last):
     assert schedule.warmup_steps(hparams) == last // 10
     assert schedule.learning_rate_at(hparams, last) == 0.0
     assert schedule.learning_rate_at(hparams, last // 10) == pytest.approx(0.1)
+
+
+def test_train_steps_with_named_drops_is_the_papers_schedule_exactly():
+    hparams = job_hparams.HParams(train_steps=64000, learning_rate_drops="paper",
+                                  num_train_examples=45000, num_layers=20)
+    assert schedule.drops(hparams) == ([32000, 48000], (1.0, 0.1, 0.01))
+    assert schedule.describe(hparams) == (
+        "Training to step 64000 (182.3 epochs of 45000 examples at 128 per step); learning "
+        "rate 0.1, x0.1 after step 32000, x0.01 after step 48000")
+    assert schedule.never_drops_warning(
+        job_hparams.HParams(train_steps=100, learning_rate_drops="paper")) is None
+    # Unnamed, a --train-steps run keeps the tutorial's drops at epochs 82 and 123.
+    assert schedule.drops(job_hparams.HParams(train_steps=64000, num_train_examples=45000))[0][:2] \
+        == [82 * 351, 123 * 351]
