@@ -71,11 +71,15 @@ def build_parser():
     devices.add_argument("--data-format", choices=["channels_first", "channels_last"],
                          default=None, help="Layout inside the model; default channels_first "
                                             "on GPUs, channels_last on the CPU.")
-    hparam(devices, "--precision", choices=precision.PRECISIONS, default=DEFAULTS.precision,
+    hparam(devices, "--precision", choices=precision.PRECISIONS + (precision.AUTO,),
+           default=DEFAULTS.precision,
            help="What training computes in. fp32: float32 throughout (the original). bf16: "
                 "mixed bfloat16, for CPUs with bfloat16 instructions (avx512_bf16, amx_bf16) "
                 "and GPUs from Ampere on. fp16: mixed float16 with dynamic loss scaling, for "
-                "GPUs. Variables stay float32; evaluation and exports compute in float32.")
+                "GPUs. Variables stay float32; evaluation and exports compute in float32. "
+                "auto: on the CPU, bf16 where this machine serves it and trains faster in "
+                "it than in fp32 (measured once per machine, a few seconds), else fp32; on "
+                "GPUs, fp32. The log and hparams.json say which it took.")
     devices.add_argument("--num-intra-threads", type=non_negative_int, default=0,
                          help="Threads inside one op; 0 lets TensorFlow choose.")
     devices.add_argument("--num-inter-threads", type=non_negative_int, default=0,
@@ -231,7 +235,7 @@ def validate(args, task=None):
                          "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
                          "channels_last (TensorFlow's other CPU kernels are channels_last only)")
     if builds_towers:
-        _check_precision_served(precision.policy(args.precision), args.num_gpus)
+        _check_precision_served(precision.POLICIES.get(args.precision), args.num_gpus)
     num_towers = args.num_gpus or args.num_cpu_towers
     for flag in ("train-batch-size", "eval-batch-size"):
         batch_size = getattr(args, flag.replace("-", "_"))
@@ -257,7 +261,7 @@ def _check_gpus_present(num_gpus, available):
 
 
 def _check_precision_served(precision_policy, num_gpus):
-    if not precision_policy.is_mixed:
+    if precision_policy is None or not precision_policy.is_mixed:
         return
     from cifar10_estimator import hardware
     reason = precision.unsupported_reason(

@@ -30,7 +30,25 @@ def main(argv):
     task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     with stderr_dropped_on_user_error():
         flags.validate(args, task)
+    if args.precision == precision.AUTO:
+        args.precision = choose_precision(args.num_gpus, task)
     train_and_evaluate(args, flags.hparams_of(parser, args, task), task)
+
+
+def choose_precision(num_gpus, task=None):
+    """--precision auto: the precision this process trains in, logged in one line.
+
+    The ps and the evaluator train nothing (evaluation computes in float32) and take
+    fp32 without measuring.
+    """
+    if task and not task.is_trainer:
+        return "fp32"
+    import tensorflow as tf
+    from cifar10_estimator import hardware, precision_speed
+    name, line = precision_speed.fastest_precision(
+        num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())
+    tf.compat.v1.logging.info(line)
+    return name
 
 
 def make_run_config(args, task=None):

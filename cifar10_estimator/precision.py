@@ -55,6 +55,9 @@ POLICIES = {policy.name: policy for policy in (
     PrecisionPolicy("fp16", "float16", loss_scaling=True, cpu_flags_needed=()),
 )}
 PRECISIONS = tuple(POLICIES)
+# --precision auto: the trainer picks, per machine, the fastest precision it serves
+# (precision_speed.fastest_precision); hparams.json records the one it picked.
+AUTO = "auto"
 
 
 def policy(name):

@@ -89,6 +89,43 @@ def measured_speeds(precision_policy, make_probe=None):
     return speeds
 
 
+def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None):
+    """(name, log line) of the precision --precision auto trains in on this machine.
+
+    On the CPU, the mixed precisions it serves are measured against fp32 (measured_speeds,
+    cached per machine) and the fastest wins; fp32 when none is served or none is faster.
+    GPUs get fp32: this measures CPUs only.
+
+    Args:
+      num_gpus: GPUs the towers run on; 0 is the CPU.
+      cpu_flags, onednn_enabled: what hardware.cpu_flags() and onednn_enabled() say.
+      make_probe: as for measured_speeds.
+    """
+    from cifar10_estimator import precision
+    prefix = "--precision %s: " % precision.AUTO
+    if num_gpus:
+        return "fp32", prefix + ("fp32 (it measures CPUs only; on GPUs ask for --precision "
+                                 "fp16 or bf16 yourself)")
+    served = [policy for policy in precision.POLICIES.values() if policy.is_mixed
+              and not precision.unsupported_reason(policy, 0, cpu_flags, onednn_enabled)]
+    if not served:
+        return "fp32", prefix + ("fp32 (no mixed precision runs fast on this CPU: bf16 "
+                                 "needs %s instructions and TensorFlow's oneDNN kernels)"
+                                 % " or ".join(precision.CPU_BF16_FLAGS))
+    ratios = {}
+    for policy in served:
+        speeds = measured_speeds(policy, make_probe)
+        ratios[policy.name] = (speeds[policy.name] / speeds["fp32"],
+                               speeds.get("measured", "earlier"))
+    name = max(ratios, key=lambda candidate: ratios[candidate][0])
+    ratio, measured = ratios[name]
+    if ratio <= 1:
+        return "fp32", prefix + ("fp32 (%s trains at %.2fx the speed of fp32 on this machine, "
+                                 "measured %s)" % (name, ratio, measured))
+    return name, prefix + ("%s (%.2fx the speed of fp32 on this machine, measured %s)"
+                           % (name, ratio, measured))
+
+
 def _measure_alternately(policies, make_probe):
     """The best examples/sec of each policy over PROBE_ROUNDS alternating rounds."""
     with contextlib.ExitStack() as stack:

@@ -103,3 +103,32 @@ def test_the_trainer_warns_at_start_where_bf16_was_measured_slower(cache_home, t
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [line for line in result.stderr.splitlines() if "speed of fp32" in line]
     assert len(warnings) == 1 and "0.72x" in warnings[0] and "WARNING" in warnings[0]
+
+
+ZEN4_FLAGS = {"avx512f", "avx512_bf16"}
+
+
+def test_auto_takes_bf16_where_it_is_measured_faster(cache_home):
+    make_probe, _ = scripted_probe({"fp32": [560.0] * 3, "bf16": [842.0] * 3})
+    name, line = precision_speed.fastest_precision(0, ZEN4_FLAGS, True, make_probe)
+    assert name == "bf16"
+    assert line.startswith("--precision auto: bf16 (1.50x the speed of fp32 on this machine")
+
+
+def test_auto_keeps_fp32_where_bf16_is_slower(cache_home):
+    write_cache(SLOWER)
+    name, line = precision_speed.fastest_precision(0, ZEN4_FLAGS, True, never_measure)
+    assert name == "fp32"
+    assert "bf16 trains at 0.72x the speed of fp32" in line
+
+
+@pytest.mark.parametrize("cpu_flags, onednn", [({"avx2", "avx512f"}, True),
+                                               (ZEN4_FLAGS, False)])
+def test_auto_takes_fp32_without_measuring_where_no_mixed_precision_is_served(
+        cache_home, cpu_flags, onednn):
+    name, line = precision_speed.fastest_precision(0, cpu_flags, onednn, never_measure)
+    assert name == "fp32" and "bf16 needs avx512_bf16 or amx_bf16 instructions" in line
+
+
+def test_auto_on_gpus_is_fp32():
+    assert precision_speed.fastest_precision(2, ZEN4_FLAGS, True, never_measure)[0] == "fp32"

@@ -137,6 +137,16 @@ def test_the_same_seed_trains_the_same_weights_and_another_seed_others(tiny_data
     assert not np.allclose(runs["first"][kernel], runs["other"][kernel])
 
 
+def test_precision_auto_records_the_precision_it_took(tiny_data_dir, tmp_path):
+    job_dir = tmp_path / "job"
+    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "2",
+                                             "--precision", "auto"))
+    assert result.returncode == 0, result.stderr[-5000:]
+    chosen = re.search(r"--precision auto: (\w+) \(", result.stderr).group(1)
+    assert chosen in ("fp32", "bf16")
+    assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["precision"] == chosen
+
+
 def without_validation_set(tiny_data_dir, tmp_path):
     """A copy of tiny_data_dir as `generate_tfrecords --validation-examples 0` leaves it."""
     data_dir = tmp_path / "data"
