@@ -29,7 +29,11 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9,<3.12",
     install_requires=read_requirements(),
-    extras_require={"test": ["pytest>=7", "pytest-timeout>=2", "Pillow"]},
+    extras_require={
+        # plot: the curves command draws with matplotlib; training never needs it.
+        "plot": ["matplotlib>=3.5"],
+        "test": ["pytest>=7", "pytest-timeout>=2", "Pillow", "matplotlib>=3.5"],
+    },
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",
         "cifar10-train=cifar10_estimator.main:console_main",
@@ -38,6 +42,7 @@ setup(
         "cifar10-predict=cifar10_estimator.serving.predict:console_main",
         "cifar10-evaluate=cifar10_estimator.serving.evaluate:console_main",
         "cifar10-benchmark=cifar10_estimator.benchmarks.suite:console_main",
+        "cifar10-curves=cifar10_estimator.curves.plot:console_main",
     ]},
     classifiers=[
         "Programming Language :: Python :: 3.9",

@@ -1,0 +1,118 @@
+"""python -m cifar10_estimator.curves: validation accuracy and learning rate against epochs.
+
+    python -m cifar10_estimator.curves JOB [JOB ...] --output curves.png \
+        [--reference 86.97 "the paper's schedule, 182 epochs (test)"]
+
+TensorBoard stays the live view; this is the picture for a README, a report or a pull
+request: one PNG, each run labelled by how its hyper-parameters differ from the others'.
+Needs matplotlib, the optional extra: pip install -e '.[plot]'.
+"""
+
+import os
+import tempfile
+
+from cifar10_estimator import cli
+from cifar10_estimator.curves import runs as job_runs
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+
+MATPLOTLIB_MISSING = ("drawing curves needs matplotlib, which is not installed: "
+                      "pip install -e '.[plot]' (or pip install matplotlib)")
+EPOCHS_LABEL = "epochs"
+ACCURACY_LABEL = "validation accuracy (%)"
+LEARNING_RATE_LABEL = "learning rate"
+
+
+def build_parser():
+    parser = cli.ArgumentParser(
+        description="Draw the validation accuracy and the learning rate of training runs "
+                    "against epochs, from their job directories' event files, into a PNG.")
+    parser.add_argument("job_dirs", nargs="+", metavar="JOB",
+                        help="Job directories written by python -m cifar10_estimator.main.")
+    parser.add_argument("--output", required=True, metavar="PNG",
+                        help="The PNG file to write (replaced if it exists).")
+    parser.add_argument("--reference", nargs=2, action="append", default=[],
+                        metavar=("PERCENT", "LABEL"),
+                        help="A horizontal line at an accuracy, e.g. a longer run's test "
+                             "accuracy to compare with (may be repeated).")
+    parser.add_argument("--title", default=None, help="The figure's title.")
+    return parser
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise Cifar10EstimatorError(MATPLOTLIB_MISSING)
+    matplotlib.use("Agg")  # files only: no screen needed
+    import matplotlib.pyplot as pyplot
+    return pyplot
+
+
+def figure(pyplot, runs, labels, references=(), title=None):
+    """The matplotlib Figure: accuracy above, learning rate below, one shared epoch axis."""
+    fig, (accuracy_axes, rate_axes) = pyplot.subplots(
+        2, 1, sharex=True, figsize=(9, 7), gridspec_kw={"height_ratios": [3, 1]})
+    for run, label in zip(runs, labels):
+        epochs, accuracies = zip(*run.validation_accuracy)
+        if run.test_accuracy is not None:
+            label = "%s: test %.2f %%" % (label, 100 * run.test_accuracy)
+        line, = accuracy_axes.plot(epochs, [100 * value for value in accuracies],
+                                   marker=".", label=label)
+        if run.learning_rate:
+            rate_epochs, rates = zip(*run.learning_rate)
+            rate_axes.plot(rate_epochs, rates, color=line.get_color())
+    for percent, label in references:
+        accuracy_axes.axhline(percent, color="black", linestyle="--", linewidth=1,
+                              label="%s: %.2f %%" % (label, percent))
+    accuracy_axes.set_ylabel(ACCURACY_LABEL)
+    accuracy_axes.grid(alpha=0.3)
+    accuracy_axes.legend(loc="lower right", fontsize="small")
+    rate_axes.set_ylabel(LEARNING_RATE_LABEL)
+    rate_axes.set_xlabel(EPOCHS_LABEL)
+    rate_axes.grid(alpha=0.3)
+    if title:
+        accuracy_axes.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def save_png(fig, path):
+    """Write the figure to `path` whole or not at all (a temporary file, then a rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError("--output %s: the folder %s does not exist" % (path, folder))
+    handle, temporary = tempfile.mkstemp(dir=folder, suffix=".png.tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            fig.savefig(stream, format="png", dpi=100)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    references = []
+    for percent, label in args.reference:
+        try:
+            references.append((float(percent), label))
+        except ValueError:
+            raise UsageError("--reference %s %s: the first value must be a percentage, "
+                             "e.g. 86.97" % (percent, label))
+    pyplot = _pyplot()
+    cli.quiet_tensorflow_logs("3", "ERROR")
+    runs = [job_runs.read_run(job_dir) for job_dir in args.job_dirs]
+    labels = job_runs.labels(runs)
+    fig = figure(pyplot, runs, labels, references, args.title)
+    save_png(fig, args.output)
+    for run, label in zip(runs, labels):
+        last_epoch, last_accuracy = run.validation_accuracy[-1]
+        print("%s: %d validation points to epoch %.1f, last %.2f %%%s" % (
+            label, len(run.validation_accuracy), last_epoch, 100 * last_accuracy,
+            "" if run.test_accuracy is None else ", test %.2f %%" % (100 * run.test_accuracy)))
+    print("wrote %s" % args.output)
+
+
+def console_main():
+    raise SystemExit(cli.run_command(main))

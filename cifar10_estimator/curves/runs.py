@@ -1,0 +1,124 @@
+"""Training runs read back from their job directories, and labels that tell them apart."""
+
+import dataclasses
+import glob
+import json
+import os
+import typing
+
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import report
+from cifar10_estimator.errors import Cifar10EstimatorError
+
+# Where the trainer writes what is drawn: the validation evaluations during training
+# (cifar10.SUBSETS explains the name) and, in the job dir itself, the training summaries.
+VALIDATION_FOLDER = "eval_validation"
+ACCURACY_TAG = "accuracy"
+LEARNING_RATE_TAG = "learning_rate"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One job directory's curves, in epochs of its training set.
+
+    Attributes:
+      job_dir: where it was read.
+      hparams: the HParams it trained with.
+      validation_accuracy: [(epoch, accuracy 0..1)] of the evaluations during training.
+      learning_rate: [(epoch, rate)] of the training summaries.
+      test_accuracy: the one final test evaluation (0..1), None before it ran.
+    """
+
+    job_dir: str
+    hparams: job_hparams.HParams
+    validation_accuracy: list
+    learning_rate: list
+    test_accuracy: typing.Optional[float]
+
+
+def read_run(job_dir):
+    """The Run of a job directory the trainer wrote.
+
+    Raises:
+      Cifar10EstimatorError: no hparams.json, or no validation evaluation yet.
+    """
+    hparams = job_hparams.load(job_dir)
+    epochs_per_step = hparams.examples_per_global_step / hparams.num_train_examples
+    validation = _scalar_by_step(os.path.join(job_dir, VALIDATION_FOLDER), ACCURACY_TAG)
+    if not validation:
+        raise Cifar10EstimatorError(
+            "%s has no validation accuracy yet (event files under %s/): the trainer writes "
+            "them when it evaluates a checkpoint on the validation set"
+            % (job_dir, VALIDATION_FOLDER))
+    rates = _scalar_by_step(job_dir, LEARNING_RATE_TAG)
+    return Run(job_dir=job_dir, hparams=hparams,
+               validation_accuracy=[(step * epochs_per_step, value)
+                                    for step, value in sorted(validation.items())],
+               learning_rate=[(step * epochs_per_step, value)
+                              for step, value in sorted(rates.items())],
+               test_accuracy=_test_accuracy(job_dir))
+
+
+def _scalar_by_step(folder, tag):
+    """{global step: value} of `tag` in the event files directly in `folder`.
+
+    A resumed run writes a new event file that may repeat steps: the later file wins.
+    """
+    import tensorflow as tf
+    values = {}
+    paths = glob.glob(os.path.join(folder, "events.out.tfevents.*"))
+    for path in sorted(paths, key=os.path.getmtime):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for value in event.summary.value:
+                    if value.tag == tag:
+                        values[event.step] = _scalar_value(value)
+        except tf.errors.DataLossError:
+            pass  # the file is still being written: its last record is cut short
+    return values
+
+
+def _scalar_value(value):
+    """A summary value's number: simple_value (tf.compat.v1) or a scalar tensor (TF 2)."""
+    import tensorflow as tf
+    if value.HasField("tensor"):
+        return float(tf.make_ndarray(value.tensor))
+    return float(value.simple_value)
+
+
+def _test_accuracy(job_dir):
+    path = os.path.join(job_dir, report.TEST_RESULTS_FILENAME)
+    try:
+        with open(path) as stream:
+            return float(json.load(stream)["accuracy"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def labels(runs):
+    """One label per run: the hyper-parameters that differ between the runs, as flags.
+
+    A field none of the runs differ in is left out; runs that differ in nothing (or a
+    single run) are named by their job directory, which is also added where two labels
+    would otherwise be the same.
+    """
+    values = [dataclasses.asdict(run.hparams) for run in runs]
+    differing = [name for name in values[0]
+                 if len({json.dumps(value[name]) for value in values}) > 1]
+    texts = [", ".join(_as_flag(name, value[name]) for name in differing) for value in values]
+    names = [os.path.basename(os.path.normpath(run.job_dir)) for run in runs]
+    return [text if text and texts.count(text) == 1 else
+            ("%s (%s)" % (name, text) if text else name)
+            for text, name in zip(texts, names)]
+
+
+def _as_flag(name, value):
+    """How a field's value reads on the trainer's command line, e.g. '--nesterov'."""
+    if name in job_hparams.HParams.DERIVED_FIELDS:
+        return "%s %s" % (name.replace("_", " "), value)
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return flag
+    if value is False or value is None:
+        return "no " + flag
+    return "%s %s" % (flag, "%g" % value if isinstance(value, float) else value)

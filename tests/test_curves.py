@@ -1,0 +1,90 @@
+"""python -m cifar10_estimator.curves: real event files of trained jobs drawn into a PNG."""
+
+import dataclasses
+import json
+import os
+import shutil
+
+import pytest
+from PIL import Image
+
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.curves import plot, runs
+from cli_helpers import REPO_ROOT, assert_one_line_error, run_module
+
+pytest_plugins = ["trained_job"]
+MODULE = "cifar10_estimator.curves"
+# trained_job: 64 training examples at 8 per step, evaluated at steps 5 and 10.
+EPOCHS_PER_STEP = 8 / 64
+
+
+@pytest.fixture
+def two_jobs(trained_job, tmp_path):
+    """The trained job and a copy of it whose hparams.json says learning rate 0.05."""
+    other = tmp_path / "other-job"
+    shutil.copytree(trained_job.job_dir, str(other))
+    path = other / job_hparams.HPARAMS_FILENAME
+    content = json.loads(path.read_text())
+    content["hparams"]["learning_rate"] = 0.05
+    path.write_text(json.dumps(content))
+    return trained_job.job_dir, str(other)
+
+
+def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
+    output = tmp_path / "curves.png"
+    result = run_module(MODULE, list(two_jobs) + [
+        "--output", output, "--reference", "86.97", "a longer run"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    with Image.open(str(output)) as image:
+        assert image.format == "PNG" and image.size == (900, 700)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("--learning-rate 0.1: 2 validation points to epoch 1.2, last ")
+    assert lines[1].startswith("--learning-rate 0.05: 2 validation points to epoch 1.2, ")
+    assert lines[-1] == "wrote %s" % output
+    assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]
+
+
+def test_the_axis_is_epochs_of_the_training_set(trained_job):
+    run = runs.read_run(trained_job.job_dir)
+    assert [epoch for epoch, _ in run.validation_accuracy] == [5 * EPOCHS_PER_STEP,
+                                                               10 * EPOCHS_PER_STEP]
+    assert all(0 <= accuracy <= 1 for _, accuracy in run.validation_accuracy)
+    assert run.learning_rate and all(rate == pytest.approx(0.1) for _, rate in run.learning_rate)
+    assert run.test_accuracy is not None
+    pyplot = plot._pyplot()
+    fig = plot.figure(pyplot, [run], ["the run"], [(50.0, "half")])
+    accuracy_axes, rate_axes = fig.axes
+    assert rate_axes.get_xlabel() == "epochs"
+    assert accuracy_axes.get_ylabel() == "validation accuracy (%)"
+    drawn = accuracy_axes.get_lines()[0]
+    assert list(drawn.get_xdata()) == [0.625, 1.25]
+    assert list(drawn.get_ydata()) == [100 * value for _, value in run.validation_accuracy]
+    legend = [text.get_text() for text in accuracy_axes.get_legend().get_texts()]
+    assert legend == ["the run: test %.2f %%" % (100 * run.test_accuracy), "half: 50.00 %"]
+    pyplot.close(fig)
+
+
+def test_labels_name_only_the_differences_and_fall_back_to_the_folder(trained_job):
+    run = runs.read_run(trained_job.job_dir)
+    alike = [run, runs.Run("/x/seed-run", run.hparams, [], [], None)]
+    assert runs.labels(alike) == ["job", "seed-run"]
+    other = dataclasses.replace(run, hparams=dataclasses.replace(
+        run.hparams, nesterov=True, moving_average_decay=0.999))
+    assert runs.labels([run, other]) == ["no --nesterov, no --moving-average-decay",
+                                         "--nesterov, --moving-average-decay 0.999"]
+
+
+def test_without_matplotlib_it_says_what_to_install(trained_job, tmp_path):
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    output = tmp_path / "curves.png"
+    result = run_module(MODULE, [trained_job.job_dir, "--output", output], env={
+        "PYTHONPATH": str(shadow.parent) + os.pathsep + REPO_ROOT})
+    assert_one_line_error(result, 1, "needs matplotlib", "pip install -e '.[plot]'")
+    assert not output.exists()
+
+
+def test_a_folder_that_is_not_a_job_gets_one_line(tmp_path):
+    result = run_module(MODULE, [tmp_path, "--output", tmp_path / "curves.png"])
+    assert_one_line_error(result, 1, "hparams.json is missing")
