@@ -23,6 +23,8 @@ from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULTS = job_hparams.DEFAULTS
+# --eval-shifts: the furthest test-time shift, in pixels, of a 32x32 image.
+MAX_EVAL_SHIFT = 8
 
 
 class _HParamFlags:
@@ -193,6 +195,12 @@ def build_parser():
            help="Evaluation, exports and predictions average the class probabilities of each "
                 "image and its left-right mirror (twice the inference work; the evaluation "
                 "loss stays that of the images alone).")
+    hparam(evaluation, "--eval-shifts", type=non_negative_int, default=DEFAULTS.eval_shifts,
+           metavar="P",
+           help="Evaluation, exports and predictions also average the class probabilities "
+                "of each image shifted by P pixels right, left, down and up (zero fill); "
+                "with --eval-flips, of their mirrors too (5x the inference work, 10x with "
+                "flips). 0: none.")
 
     distributed = parser.add_argument_group(
         "cluster", "With TF_CONFIG set, this command runs as the ps, chief, worker or evaluator "
@@ -224,6 +232,10 @@ def validate(args, task=None):
     if args.label_smoothing >= 1:
         raise UsageError("--label-smoothing %g leaves the label no more weight than the other "
                          "classes; use a value below 1, e.g. 0.1" % args.label_smoothing)
+    if args.eval_shifts > MAX_EVAL_SHIFT:
+        raise UsageError("--eval-shifts %d moves the images too far; use at most %d pixels "
+                         "(training crops move them by up to 4)"
+                         % (args.eval_shifts, MAX_EVAL_SHIFT))
     if args.num_gpus > 0 and args.num_cpu_towers != 1:
         raise UsageError("--num-cpu-towers applies only with --num-gpus 0")
     if args.num_gpus == 0 and args.variable_strategy == "GPU":

@@ -72,6 +72,9 @@ class HParams:
     # Evaluation, prediction and exports average the class probabilities of each image
     # and its left-right mirror (twice the inference work); training is unaffected.
     eval_flips: bool = False
+    # Evaluation, prediction and exports also average over the images shifted by this
+    # many pixels right, left, down and up (0: none); with eval_flips, their mirrors too.
+    eval_shifts: int = 0
     # Graph-level random seed of the run (weights' initial values, the training data's
     # order and augmentation), None: a new draw every run, as the original.
     seed: typing.Optional[int] = None

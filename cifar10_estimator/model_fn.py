@@ -121,18 +121,33 @@ def _class_probabilities(logits):
 def _inference(images, hparams, precision_policy):
     """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction.
 
-    With --eval-flips the network runs once on the images followed by their left-right
-    mirrors, and the probabilities are the mean of each image's and its mirror's. The
-    logits stay those of the images alone: the evaluation loss is their plain cross
-    entropy, comparable with that of runs without flips.
+    With --eval-flips and --eval-shifts the network runs once on every view of the images
+    (see _views) and the probabilities are the mean over each image's views. The logits
+    stay those of the images alone: the evaluation loss is their plain cross entropy,
+    comparable with that of runs without test-time views.
     """
-    if not hparams.eval_flips:
+    views = _views(images, hparams.eval_shifts, hparams.eval_flips)
+    if len(views) == 1:
         logits = _resnet_logits(images, False, hparams, precision_policy)
         return logits, _class_probabilities(logits)
-    both = _resnet_logits(tf.concat([images, tf.image.flip_left_right(images)], axis=0),
-                          False, hparams, precision_policy)
-    logits, mirror_logits = tf.split(both, 2, axis=0)
-    return logits, (_class_probabilities(logits) + _class_probabilities(mirror_logits)) / 2.0
+    all_logits = tf.split(_resnet_logits(tf.concat(views, axis=0), False, hparams,
+                                         precision_policy), len(views), axis=0)
+    probabilities = tf.add_n([_class_probabilities(logits) for logits in all_logits])
+    return all_logits[0], probabilities / float(len(views))
+
+
+def _views(images, shift, flips):
+    """The images first, then each shifted by `shift` pixels right, left, down and up
+    (zero fill, as the training crops' padding), then every one of those mirrored."""
+    views = [images]
+    if shift:
+        padded = tf.pad(images, [[0, 0], [shift, shift], [shift, shift], [0, 0]])
+        height, width = images.shape[1], images.shape[2]
+        for top, left in ((shift, 0), (shift, 2 * shift), (0, shift), (2 * shift, shift)):
+            views.append(padded[:, top:top + height, left:left + width, :])
+    if flips:
+        views += [tf.image.flip_left_right(view) for view in views]
+    return views
 
 
 def mean_cross_entropy(labels, logits, label_smoothing=0.0):

@@ -90,6 +90,9 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--num-layers", "many"], ["--num-layers", "many"]),
     (["--moving-average-decay", "1"], ["--moving-average-decay", "between 0 and 1", "'1'"]),
     (["--moving-average-decay", "0"], ["--moving-average-decay", "between 0 and 1", "'0'"]),
+    (["--eval-shifts", "9"], ["--eval-shifts 9", "at most 8 pixels"]),
+    (["--weight-decay-scope", "biases"], ["--weight-decay-scope", "'biases'"]),
+    (["--seed", "-1"], ["--seed", "-1"]),
 ])
 def test_flag_errors_are_one_line_with_exit_2(base_args, extra, fragments):
     assert_one_line_error(run_trainer(*(base_args + extra)), 2, *fragments)

@@ -466,3 +466,34 @@ def test_eval_flips_average_each_image_with_its_mirror_and_keep_the_plain_loss()
     assert np.abs(plain["probabilities"] - mean).max() > 1e-4  # the mirror made a difference
     # The loss stays the cross entropy of the images alone, comparable across runs.
     assert flips["loss"] == pytest.approx(plain["loss"], rel=1e-6)
+
+
+def shifted(images, down, right):
+    """images [N, H, W, C] moved down and right (negative: up, left), zero fill."""
+    size = images.shape[1]
+    padded = np.pad(images, [(0, 0), (8, 8), (8, 8), (0, 0)])
+    return padded[:, 8 - down:8 - down + size, 8 - right:8 - right + size, :]
+
+
+def test_eval_shifts_average_the_shifted_images_and_their_mirrors():
+    images_value = np.random.RandomState(6).randint(0, 256, (4, 32, 32, 3)).astype(np.float32)
+    views = [images_value] + [shifted(images_value, down, right)
+                              for down, right in ((0, 2), (0, -2), (2, 0), (-2, 0))]
+    views += [view[:, :, ::-1, :] for view in views]
+    with tf.Graph().as_default():
+        labels = tf.constant([1, 2, 3, 4])
+        views_spec = eval_spec(job_hparams.HParams(num_layers=8, eval_flips=True, eval_shifts=2),
+                               tf.constant(images_value), labels)
+        with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+            plain_specs = [eval_spec(job_hparams.HParams(num_layers=8), tf.constant(view), labels)
+                           for view in views]
+        with tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
+                device_count={"CPU": 2})) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            averaged, plain = session.run(
+                [{"loss": views_spec.loss, **views_spec.predictions},
+                 [{"loss": spec.loss, **spec.predictions} for spec in plain_specs]])
+    mean = np.mean([view["probabilities"] for view in plain], axis=0)
+    np.testing.assert_allclose(averaged["probabilities"], mean, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(averaged["classes"], mean.argmax(axis=1))
+    assert averaged["loss"] == pytest.approx(plain[0]["loss"], rel=1e-6)
