@@ -70,7 +70,7 @@ class _NumExamplesPerEpoch:
     """
 
     def __get__(self, instance, owner):
-        from cifar10_estimator import tfrecord_format
+        from cifar10_estimator.data import tfrecord_format
         if instance is None:
             return tfrecord_format.num_examples
 
@@ -100,7 +100,7 @@ class Cifar10DataSet:
           ValueError: unknown subset.
           Cifar10EstimatorError: data_dir or the subset's TFRecord file is missing.
         """
-        from cifar10_estimator import tfrecord_format
+        from cifar10_estimator.data import tfrecord_format
         self.data_dir = data_dir
         self.subset = subset
         self.use_distortion = use_distortion
@@ -225,7 +225,7 @@ def _read_whole_file(filename):
 
 def _decode_records(serialized, filename):
     import tensorflow as tf
-    from cifar10_estimator import tfrecord_format
+    from cifar10_estimator.data import tfrecord_format
     features = tf.io.parse_example(serialized, {
         tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -246,7 +246,7 @@ def check_tfrecords_exist(data_dir, subsets):
     """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
     holds the TFRecord file of every subset in `subsets`."""
     import tensorflow as tf
-    from cifar10_estimator import tfrecord_format
+    from cifar10_estimator.data import tfrecord_format
     hint = "create the TFRecords with: " + tfrecord_format.generate_command(data_dir)
     if not tf.io.gfile.isdir(data_dir):
         raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))

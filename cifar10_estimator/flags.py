@@ -15,7 +15,7 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import precision
 from cifar10_estimator import report
 from cifar10_estimator import schedule
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator import cli
 from cifar10_estimator.cli import (ArgumentParser, between_zero_and_one, non_negative_float,
                                    non_negative_int, parse_bool, positive_float, positive_int)

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.core.multiarray import _reconstruct
 
 from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 ARCHIVE_FILENAME = "cifar-10-python.tar.gz"

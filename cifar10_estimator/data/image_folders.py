@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 # Folder of DIR holding each subset's images; validation is carved out of train.

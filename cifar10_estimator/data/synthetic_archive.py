@@ -21,8 +21,8 @@ import tarfile
 import numpy as np
 
 from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, positive_int, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
