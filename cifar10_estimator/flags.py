@@ -19,7 +19,6 @@ from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator import cli
 from cifar10_estimator.cli import (ArgumentParser, between_zero_and_one, non_negative_float,
                                    non_negative_int, parse_bool, positive_float, positive_int)
-from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULTS = job_hparams.DEFAULTS
@@ -195,7 +194,7 @@ def validate(args, task=None):
     """
     quiet_tensorflow_logs()
     from cifar10_estimator import cifar10_model, hardware
-    builds_towers = task is None or task.task_type != cluster.PS
+    builds_towers = task is None or task.builds_towers
     try:
         cifar10_model.num_units_per_stage(args.num_layers)
     except ValueError as error:
