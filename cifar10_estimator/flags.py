@@ -12,9 +12,9 @@ import argparse
 
 from cifar10_estimator import cifar10
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import precision
+from cifar10_estimator.training import precision
 from cifar10_estimator import report
-from cifar10_estimator import schedule
+from cifar10_estimator.training import schedule
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator import cli
 from cifar10_estimator.cli import (ArgumentParser, between_zero_and_one, non_negative_float,

@@ -13,9 +13,9 @@ import sys
 
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import precision
+from cifar10_estimator.training import precision
 from cifar10_estimator import report
-from cifar10_estimator import schedule
+from cifar10_estimator.training import schedule
 from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
@@ -208,7 +208,7 @@ def report_on_test(estimator, args, hparams, num_towers, eval_spec, final_metric
         evaluation when eval_spec evaluates the test set.
     """
     import tensorflow as tf
-    from cifar10_estimator import weight_averaging
+    from cifar10_estimator.training import weight_averaging
     checkpoint = estimator.latest_checkpoint()
     steps = flags.eval_steps(args, "eval")
     if eval_spec.name is None:

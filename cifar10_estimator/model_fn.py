@@ -10,14 +10,14 @@ import dataclasses
 
 import tensorflow as tf
 
-from cifar10_estimator import checkpoint_saver
+from cifar10_estimator.training import checkpoint_saver
 from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
-from cifar10_estimator import mixed_precision
-from cifar10_estimator import precision
-from cifar10_estimator import schedule
-from cifar10_estimator import weight_averaging
+from cifar10_estimator.training import mixed_precision
+from cifar10_estimator.training import precision
+from cifar10_estimator.training import schedule
+from cifar10_estimator.training import weight_averaging
 
 LOSS_LOG_EVERY_N_STEPS = 100
 PROGRESS_LOG_EVERY_N_STEPS = 100

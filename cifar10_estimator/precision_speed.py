@@ -79,7 +79,7 @@ def measured_speeds(precision_policy, make_probe=None):
     key = machine_key()
     speeds = machines.get(key, {})
     if precision_policy.name not in speeds or "fp32" not in speeds:
-        from cifar10_estimator import precision
+        from cifar10_estimator.training import precision
         speeds = _measure_alternately([precision.policy("fp32"), precision_policy],
                                       make_probe or TrainingProbe)
         speeds["measured"] = datetime.date.today().isoformat()

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import cifar10_model, input_fn, model_fn, precision
+from cifar10_estimator import cifar10_model, input_fn, model_fn
+from cifar10_estimator.training import precision
 from cifar10_estimator.distributed import local_cluster
 
 
