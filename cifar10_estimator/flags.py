@@ -193,7 +193,8 @@ def validate(args, task=None):
         neither the GPUs nor the data, so only the flags themselves are checked.
     """
     quiet_tensorflow_logs()
-    from cifar10_estimator import cifar10_model, hardware
+    from cifar10_estimator import cifar10_model
+    from cifar10_estimator.machine import hardware
     builds_towers = task is None or task.builds_towers
     try:
         cifar10_model.num_units_per_stage(args.num_layers)
@@ -243,7 +244,7 @@ def _check_gpus_present(num_gpus, available):
 def _check_precision_served(precision_policy, num_gpus):
     if not precision_policy.is_mixed:
         return
-    from cifar10_estimator import hardware
+    from cifar10_estimator.machine import hardware
     reason = precision.unsupported_reason(
         precision_policy, num_gpus, hardware.cpu_flags(), hardware.onednn_enabled(),
         hardware.gpu_compute_capabilities(num_gpus))

@@ -152,7 +152,7 @@ def log_precision_speed(precision_policy, num_gpus):
     if not precision_policy.is_mixed or num_gpus:
         return
     import tensorflow as tf
-    from cifar10_estimator import precision_speed
+    from cifar10_estimator.machine import precision_speed
     speeds = precision_speed.measured_speeds(precision_policy)
     warning = precision_speed.slower_than_fp32_warning(precision_policy, speeds)
     if warning:

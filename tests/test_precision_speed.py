@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cifar10_estimator import hardware, precision_speed
+from cifar10_estimator.machine import hardware, precision_speed
 from cifar10_estimator.training import precision
 from cli_helpers import run_module
 

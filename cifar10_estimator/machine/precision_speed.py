@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from cifar10_estimator import hardware
+from cifar10_estimator.machine import hardware
 from cifar10_estimator import json_file
 
 CACHE_FORMAT = "cifar10_estimator.precision_speed/1"
