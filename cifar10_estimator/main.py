@@ -109,7 +109,8 @@ def train_and_evaluate(args, hparams, task=None):
     """
     flags.quiet_tensorflow_logs()
     import tensorflow as tf
-    from cifar10_estimator import cifar10_utils, model_fn
+    from cifar10_estimator import model_fn
+    from cifar10_estimator.training import progress as run_progress
 
     run_config = make_run_config(args, task)
     if not task or task.is_trainer:
@@ -121,13 +122,13 @@ def train_and_evaluate(args, hparams, task=None):
         args.num_gpus, args.num_cpu_towers, args.variable_strategy)
     last_step = schedule.last_step(hparams)
     # One per process: it spans the training sessions and the evaluations between them.
-    progress = cifar10_utils.RunProgress(last_step, hparams.examples_per_global_step)
+    progress = run_progress.RunProgress(last_step, hparams.examples_per_global_step)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress), config=run_config)
     _prepare_cluster_task(run_config, task, args.ps_timeout_secs)
     train_spec = tf.estimator.TrainSpec(
         make_train_input_fn(args, layout.num_towers), max_steps=last_step,
-        saving_listeners=[cifar10_utils.ProgressCheckpointListener(progress)])
+        saving_listeners=[run_progress.ProgressCheckpointListener(progress)])
     eval_spec = make_eval_spec(args, layout.num_towers)
     if task and task.task_type == cluster.EVALUATOR:
         from cifar10_estimator import evaluation
