@@ -20,27 +20,11 @@ boundaries, so every example is served once per epoch and every batch is full.
 
 import os
 
+from cifar10_estimator.data import tfrecord_format
+# CIFAR-10's facts, which every module after the TFRecords takes from here.
+from cifar10_estimator.data.cifar10_facts import (  # noqa: F401
+    CLASS_NAMES, DEPTH, HEIGHT, NUM_CLASSES, OFFICIAL_NUM_EXAMPLES, SUBSETS, WIDTH, check_subset)
 from cifar10_estimator.errors import Cifar10EstimatorError
-
-# CIFAR-10's facts, which every other module takes from here.
-HEIGHT = 32
-WIDTH = 32
-DEPTH = 3
-NUM_CLASSES = 10
-CLASS_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer",
-    "dog", "frog", "horse", "ship", "truck",
-)
-# The subsets, named as the original tutorial named them and their files
-# (train.tfrecords, validation.tfrecords, eval.tfrecords): "eval" is the test set
-# (CIFAR-10's test_batch). Hence --eval-subset eval and --subset eval mean the test set,
-# while the trainer's folders and files say test where "eval" would be ambiguous:
-# job-dir/eval_test/ and test_results.json hold the one test evaluation,
-# job-dir/eval_validation/ the evaluations on the validation set during training.
-SUBSETS = ("train", "validation", "eval")
-# Examples per subset of the official split (data_batch_1-4 / data_batch_5 / test_batch),
-# the counts of data without a metadata file (records written by the original tutorial).
-OFFICIAL_NUM_EXAMPLES = {"train": 40000, "validation": 10000, "eval": 10000}
 
 # Training crops come from the image zero-padded by 4 pixels on each side.
 PADDED_HEIGHT = 40
@@ -50,15 +34,8 @@ PADDED_WIDTH = 40
 _MAX_RECORDS_PER_FILE = 1 << 31
 _READ_BUFFER_BYTES = 8 << 20
 
-# TensorFlow and tfrecord_format are imported where they are used: the facts above are
-# needed by command lines that check their flags before TensorFlow loads, and by
-# tfrecord_format itself, whose record layout follows them.
-
-
-def check_subset(subset):
-    """Raises ValueError unless subset is one of SUBSETS."""
-    if subset not in SUBSETS:
-        raise ValueError("subset must be one of %s, got %r" % (", ".join(SUBSETS), subset))
+# TensorFlow is imported where it is used: the facts above are needed by command lines
+# that check their flags before TensorFlow loads.
 
 
 class _NumExamplesPerEpoch:
@@ -70,7 +47,6 @@ class _NumExamplesPerEpoch:
     """
 
     def __get__(self, instance, owner):
-        from cifar10_estimator import tfrecord_format
         if instance is None:
             return tfrecord_format.num_examples
 
@@ -100,7 +76,6 @@ class Cifar10DataSet:
           ValueError: unknown subset.
           Cifar10EstimatorError: data_dir or the subset's TFRecord file is missing.
         """
-        from cifar10_estimator import tfrecord_format
         self.data_dir = data_dir
         self.subset = subset
         self.use_distortion = use_distortion
@@ -225,7 +200,6 @@ def _read_whole_file(filename):
 
 def _decode_records(serialized, filename):
     import tensorflow as tf
-    from cifar10_estimator import tfrecord_format
     features = tf.io.parse_example(serialized, {
         tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -246,7 +220,6 @@ def check_tfrecords_exist(data_dir, subsets):
     """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
     holds the TFRecord file of every subset in `subsets`."""
     import tensorflow as tf
-    from cifar10_estimator import tfrecord_format
     hint = "create the TFRecords with: " + tfrecord_format.generate_command(data_dir)
     if not tf.io.gfile.isdir(data_dir):
         raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))

@@ -12,14 +12,13 @@ import argparse
 
 from cifar10_estimator import cifar10
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import precision
+from cifar10_estimator.training import precision
 from cifar10_estimator import report
-from cifar10_estimator import schedule
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.training import schedule
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator import cli
 from cifar10_estimator.cli import (ArgumentParser, between_zero_and_one, non_negative_float,
                                    non_negative_int, parse_bool, positive_float, positive_int)
-from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULTS = job_hparams.DEFAULTS
@@ -221,8 +220,9 @@ def validate(args, task=None):
         neither the GPUs nor the data, so only the flags themselves are checked.
     """
     quiet_tensorflow_logs()
-    from cifar10_estimator import cifar10_model, hardware
-    builds_towers = task is None or task.task_type != cluster.PS
+    from cifar10_estimator import cifar10_model
+    from cifar10_estimator.machine import hardware
+    builds_towers = task is None or task.builds_towers
     try:
         cifar10_model.num_units_per_stage(args.num_layers)
     except ValueError as error:
@@ -275,7 +275,7 @@ def _check_gpus_present(num_gpus, available):
 def _check_precision_served(precision_policy, num_gpus):
     if precision_policy is None or not precision_policy.is_mixed:
         return
-    from cifar10_estimator import hardware
+    from cifar10_estimator.machine import hardware
     reason = precision.unsupported_reason(
         precision_policy, num_gpus, hardware.cpu_flags(), hardware.onednn_enabled(),
         hardware.gpu_compute_capabilities(num_gpus))

@@ -16,10 +16,10 @@ import sys
 
 from cifar10_estimator import cli
 from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
 from cifar10_estimator.data import image_folders
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 URL_ENVIRONMENT_VARIABLE = "CIFAR10_DOWNLOAD_URL"

@@ -14,9 +14,9 @@ import sys
 
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import precision
+from cifar10_estimator.training import precision
 from cifar10_estimator import report
-from cifar10_estimator import schedule
+from cifar10_estimator.training import schedule
 from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
@@ -44,7 +44,7 @@ def choose_precision(num_gpus, task=None):
     if task and not task.is_trainer:
         return "fp32"
     import tensorflow as tf
-    from cifar10_estimator import hardware, precision_speed
+    from cifar10_estimator.machine import hardware, precision_speed
     name, line = precision_speed.fastest_precision(
         num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())
     tf.compat.v1.logging.info(line)
@@ -142,7 +142,8 @@ def train_and_evaluate(args, hparams, task=None):
     """
     flags.quiet_tensorflow_logs()
     import tensorflow as tf
-    from cifar10_estimator import cifar10_utils, model_fn
+    from cifar10_estimator import model_fn
+    from cifar10_estimator.training import progress as run_progress
 
     run_config = make_run_config(args, task)
     if run_config.tf_random_seed is not None:
@@ -158,13 +159,13 @@ def train_and_evaluate(args, hparams, task=None):
         args.num_gpus, args.num_cpu_towers, args.variable_strategy)
     last_step = schedule.last_step(hparams)
     # One per process: it spans the training sessions and the evaluations between them.
-    progress = cifar10_utils.RunProgress(last_step, hparams.examples_per_global_step)
+    progress = run_progress.RunProgress(last_step, hparams.examples_per_global_step)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress), config=run_config)
     _prepare_cluster_task(run_config, task, args.ps_timeout_secs)
     train_spec = tf.estimator.TrainSpec(
         make_train_input_fn(args, layout.num_towers), max_steps=last_step,
-        saving_listeners=[cifar10_utils.ProgressCheckpointListener(progress)])
+        saving_listeners=[run_progress.ProgressCheckpointListener(progress)])
     eval_spec = make_eval_spec(args, layout.num_towers)
     if task and task.task_type == cluster.EVALUATOR:
         from cifar10_estimator import evaluation
@@ -189,7 +190,7 @@ def log_precision_speed(precision_policy, num_gpus):
     if not precision_policy.is_mixed or num_gpus:
         return
     import tensorflow as tf
-    from cifar10_estimator import precision_speed
+    from cifar10_estimator.machine import precision_speed
     speeds = precision_speed.measured_speeds(precision_policy)
     warning = precision_speed.slower_than_fp32_warning(precision_policy, speeds)
     if warning:
@@ -245,7 +246,7 @@ def report_on_test(estimator, args, hparams, num_towers, eval_spec, final_metric
         evaluation when eval_spec evaluates the test set.
     """
     import tensorflow as tf
-    from cifar10_estimator import weight_averaging
+    from cifar10_estimator.training import weight_averaging
     checkpoint = estimator.latest_checkpoint()
     steps = flags.eval_steps(args, "eval")
     if eval_spec.name is None:

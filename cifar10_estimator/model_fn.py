@@ -10,15 +10,16 @@ import dataclasses
 
 import tensorflow as tf
 
-from cifar10_estimator import checkpoint_saver
 from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import mixed_precision
-from cifar10_estimator import precision
-from cifar10_estimator import schedule
-from cifar10_estimator import weight_averaging
+from cifar10_estimator.training import checkpoint_saver
+from cifar10_estimator.training import mixed_precision
+from cifar10_estimator.training import precision
+from cifar10_estimator.training import progress as run_progress
+from cifar10_estimator.training import schedule
+from cifar10_estimator.training import weight_averaging
 
 LOSS_LOG_EVERY_N_STEPS = 100
 PROGRESS_LOG_EVERY_N_STEPS = 100
@@ -333,7 +334,7 @@ def make_model_fn(layout, hparams, progress=None):
     Args:
       layout: TowerLayout, the towers and variable placement.
       hparams: HParams.
-      progress: the run's cifar10_utils.RunProgress, for training to log where it is
+      progress: the run's training.progress.RunProgress, for training to log where it is
         and when it ends; None logs no progress.
 
     Returns:
@@ -406,7 +407,7 @@ def make_model_fn(layout, hparams, progress=None):
                     hparams.examples_per_global_step if hparams.num_workers > 1 else None)),
         ]
         if progress is not None:
-            hooks.append(cifar10_utils.ProgressHook(
+            hooks.append(run_progress.ProgressHook(
                 progress, every_n_steps=PROGRESS_LOG_EVERY_N_STEPS))
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,

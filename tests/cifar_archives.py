@@ -52,7 +52,7 @@ def write_tfrecords_the_original_way(data_dir, subsets, write_metadata=True):
       write_metadata: also write the counts file the package's converter writes.
     """
     import tensorflow as tf
-    from cifar10_estimator import tfrecord_format
+    from cifar10_estimator.data import tfrecord_format
 
     os.makedirs(data_dir, exist_ok=True)
     for subset, (images, labels) in subsets.items():
@@ -71,7 +71,7 @@ def write_tfrecords_the_original_way(data_dir, subsets, write_metadata=True):
 def read_tfrecords(path):
     """(images uint8 [N, 3072], labels int64 [N]) parsed back the way the training reads them."""
     import tensorflow as tf
-    from cifar10_estimator import tfrecord_format
+    from cifar10_estimator.data import tfrecord_format
 
     features = {tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
                 tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}

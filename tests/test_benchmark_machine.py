@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cifar10_estimator import hardware
+from cifar10_estimator.machine import hardware
 from cifar10_estimator.benchmarks import machine
 from cifar10_estimator.benchmarks import training
 

@@ -18,6 +18,7 @@ COMMANDS = [
     ("cifar10-evaluate", "cifar10_estimator.serving.evaluate"),
     ("cifar10-synthetic-archive", "cifar10_estimator.data.synthetic_archive"),
     ("cifar10-benchmark", "cifar10_estimator.benchmarks"),
+    ("cifar10-curves", "cifar10_estimator.curves"),
 ]
 
 

@@ -63,6 +63,7 @@ def test_tf_config_names_this_task(task_type, index):
     task = cluster.task_from_tf_config(tf_config(CLUSTER, task_type, index))
     assert (task.task_type, task.task_index, task.cluster) == (task_type, index, CLUSTER)
     assert task.is_trainer == (task_type in ("chief", "worker"))
+    assert task.builds_towers == (task_type != "ps")
     assert task.ps_addresses == ("127.0.0.1:2220",)
     # Every task counts the chief and both workers, so that all agree on the last step.
     assert task.num_trainers == 3

@@ -13,10 +13,11 @@ import tensorflow as tf
 from cifar_archives import (ARCHIVE_NAME, ArchiveServer, breaks_first_request_after,
                             expected_subsets, python2_pickle, read_tfrecords, write_archive)
 from cli_helpers import assert_one_line_error, run_module
-from cifar10_estimator import cifar10, generate_tfrecords, tfrecord_format
+from cifar10_estimator import cifar10, generate_tfrecords
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
 from cifar10_estimator.data import image_folders
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.cli import run_command
 
 MODULE = "cifar10_estimator.generate_tfrecords"

@@ -10,8 +10,8 @@ from PIL import Image
 
 from cifar_archives import SPECIAL_FOLDER_IMAGES, read_tfrecords
 from cli_helpers import assert_one_line_error, run_module
-from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import image_folders
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 MODULE = "cifar10_estimator.generate_tfrecords"

@@ -13,7 +13,7 @@ from cifar10_estimator.distributed import cluster
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
-from cifar10_estimator import schedule
+from cifar10_estimator.training import schedule
 from cifar10_estimator.errors import UsageError
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 

@@ -8,7 +8,9 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import hardware, input_fn, mixed_precision, model_fn, precision
+from cifar10_estimator import input_fn, model_fn
+from cifar10_estimator.machine import hardware
+from cifar10_estimator.training import mixed_precision, precision
 from cli_helpers import assert_one_line_error, run_module
 
 TRAINER = "cifar10_estimator.main"

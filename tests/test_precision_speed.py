@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from cifar10_estimator import hardware, precision, precision_speed
+from cifar10_estimator.machine import hardware, precision_speed
+from cifar10_estimator.training import precision
 from cli_helpers import run_module
 
 BF16 = precision.policy("bf16")

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import schedule
+from cifar10_estimator.training import schedule
 
 
 def learning_rates_at(steps, base, num_train_examples, global_batch_size, **fields):

@@ -4,9 +4,9 @@ import pickle
 import pickletools
 import tarfile
 
-from cifar10_estimator import tfrecord_format
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import synthetic_archive
+from cifar10_estimator.data import tfrecord_format
 from cli_helpers import assert_one_line_error, run_module
 
 

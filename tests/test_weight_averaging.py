@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import input_fn, model_fn, weight_averaging
+from cifar10_estimator import input_fn, model_fn
+from cifar10_estimator.training import weight_averaging
 from cifar10_estimator.serving import export
 
 DECAY = 0.9

@@ -26,7 +26,7 @@ from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator import generate_tfrecords
 from cifar10_estimator.data import synthetic_archive
 from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import tfrecord_format
 
 IMAGES_PER_OFFICIAL_BATCH = 10000
 

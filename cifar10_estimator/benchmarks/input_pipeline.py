@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10
 from cifar10_estimator import cli
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import tfrecord_format
 
 SYNTHETIC_NUM_EXAMPLES = 40000
 

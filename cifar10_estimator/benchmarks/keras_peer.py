@@ -100,7 +100,7 @@ def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, bat
     """Compile with the Estimator's loss, weight decay, optimizer and learning-rate schedule."""
     import tensorflow as tf
 
-    from cifar10_estimator import schedule as run_schedule
+    from cifar10_estimator.training import schedule as run_schedule
 
     model.add_loss(lambda: weight_decay * tf.add_n(
         [tf.nn.l2_loss(variable) for variable in model.trainable_weights]))

@@ -28,7 +28,7 @@ import platform
 import resource
 import time
 
-from cifar10_estimator import hardware
+from cifar10_estimator.machine import hardware
 
 CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
 

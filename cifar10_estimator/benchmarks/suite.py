@@ -221,7 +221,7 @@ def prepare_training_data(converted_dir, training_data_dir, num_eval_examples):
     Training is timed without the final evaluation, but every run does one; a small eval
     file keeps it from dominating the wall time.
     """
-    from cifar10_estimator import tfrecord_format
+    from cifar10_estimator.data import tfrecord_format
     from cifar10_estimator.data import cifar10_archive
 
     os.makedirs(training_data_dir)
@@ -273,7 +273,8 @@ def flops_section(mode):
 
 def precisions_measured():
     """{precision: 'measured' or why not} for the precisions beyond fp32."""
-    from cifar10_estimator import hardware, precision
+    from cifar10_estimator.machine import hardware
+    from cifar10_estimator.training import precision
 
     cpu_flags, onednn_enabled = hardware.cpu_flags(), hardware.onednn_enabled()
     bf16_reason = precision.unsupported_reason(

@@ -18,8 +18,8 @@ import zlib
 import numpy as np
 from numpy.core.multiarray import _reconstruct
 
-from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 ARCHIVE_FILENAME = "cifar-10-python.tar.gz"
@@ -33,7 +33,7 @@ SUBSET_BATCHES = {
     "validation": ("data_batch_5",),
     "eval": ("test_batch",),
 }
-BATCH_NAMES = tuple(name for subset in cifar10.SUBSETS
+BATCH_NAMES = tuple(name for subset in cifar10_facts.SUBSETS
                     for name in SUBSET_BATCHES[subset])
 
 # Everything a CIFAR-10 batch needs to unpickle: numpy arrays, and (for batches
@@ -197,11 +197,11 @@ def _validated_batch(path, batch):
                       % (len(images), _describe(labels)))
     if len(labels) and labels.dtype.kind not in "iu":
         raise invalid("b'labels' must be integers, found %s" % labels.dtype)
-    out_of_range = (labels < 0) | (labels >= cifar10.NUM_CLASSES)
+    out_of_range = (labels < 0) | (labels >= cifar10_facts.NUM_CLASSES)
     if out_of_range.any():
         index = int(np.argmax(out_of_range))
         raise invalid("label %d of image %d is not a class index 0..%d"
-                      % (labels[index], index, cifar10.NUM_CLASSES - 1))
+                      % (labels[index], index, cifar10_facts.NUM_CLASSES - 1))
     return np.ascontiguousarray(images), labels.astype(np.int64)
 
 

@@ -4,7 +4,7 @@ The layout is that of the public CIFAR-10-images repository:
 
     DIR/train/<class>/*.png|*.jpg|*.jpeg     DIR/test/<class>/*.png|*.jpg|*.jpeg
 
-with one folder per class, named as in cifar10.CLASS_NAMES (airplane ...
+with one folder per class, named as in cifar10_facts.CLASS_NAMES (airplane ...
 truck, labels 0..9 in that order). Only train/ and test/ of DIR are read (the
 repository also holds a README and .git). Inside them, names starting with '.'
 (.DS_Store, editor files) are skipped; any other file or folder that is not a class
@@ -22,8 +22,8 @@ import re
 
 import numpy as np
 
-from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 # Folder of DIR holding each subset's images; validation is carved out of train.
@@ -35,7 +35,7 @@ TRAIN_ORDER_SEED = 2009
 PROGRESS_EVERY_IMAGES = 10000
 # Images decoded per tf.data batch: large enough to amortize the per-batch overhead.
 _DECODE_BATCH_SIZE = 1000
-_CLASS_FOLDERS = ", ".join(cifar10.CLASS_NAMES)
+_CLASS_FOLDERS = ", ".join(cifar10_facts.CLASS_NAMES)
 
 
 def _visible_entries(folder):
@@ -57,11 +57,11 @@ def _split_folder(image_dir, split_dirname):
             "%s is empty; it needs one folder per class (%s)" % (folder, _CLASS_FOLDERS))
     for name in names:
         path = os.path.join(folder, name)
-        if name not in cifar10.CLASS_NAMES or not os.path.isdir(path):
+        if name not in cifar10_facts.CLASS_NAMES or not os.path.isdir(path):
             raise Cifar10EstimatorError(
                 "%s is not a CIFAR-10 class folder; %s may hold only the folders %s"
                 % (path, folder, _CLASS_FOLDERS))
-    for name in cifar10.CLASS_NAMES:
+    for name in cifar10_facts.CLASS_NAMES:
         if name not in names:
             raise Cifar10EstimatorError(
                 "%s does not exist; %s needs one folder per class (%s)"
@@ -94,7 +94,7 @@ def list_split(image_dir, split_dirname):
     """
     folder = _split_folder(image_dir, split_dirname)
     paths, labels = [], []
-    for label, class_name in enumerate(cifar10.CLASS_NAMES):
+    for label, class_name in enumerate(cifar10_facts.CLASS_NAMES):
         class_folder = os.path.join(folder, class_name)
         for name in _image_names(class_folder):
             paths.append(os.fsencode(os.path.join(class_folder, name)))
@@ -156,11 +156,11 @@ def _decode_file(path):
     # The bytes, not the file name, say which decoder applies.
     image = tf.cond(
         tf.io.is_jpeg(contents),
-        lambda: tf.io.decode_jpeg(contents, channels=cifar10.DEPTH,
+        lambda: tf.io.decode_jpeg(contents, channels=cifar10_facts.DEPTH,
                                   dct_method="INTEGER_ACCURATE"),
-        lambda: tf.io.decode_png(contents, channels=cifar10.DEPTH))
+        lambda: tf.io.decode_png(contents, channels=cifar10_facts.DEPTH))
     size = tf.shape(image)[:2]
-    is_cifar_size = tf.reduce_all(tf.equal(size, [cifar10.HEIGHT, cifar10.WIDTH]))
+    is_cifar_size = tf.reduce_all(tf.equal(size, [cifar10_facts.HEIGHT, cifar10_facts.WIDTH]))
     pixels = tf.cond(
         is_cifar_size,
         lambda: tf.reshape(tf.transpose(image, [2, 0, 1]), [tfrecord_format.IMAGE_NUM_BYTES]),
@@ -194,13 +194,13 @@ def _file_error(paths):
 
 def _check_sizes(paths, sizes):
     """Raises naming the first of paths whose [height, width] in sizes is not 32x32."""
-    wrong = np.flatnonzero((sizes != [cifar10.HEIGHT, cifar10.WIDTH]).any(axis=1))
+    wrong = np.flatnonzero((sizes != [cifar10_facts.HEIGHT, cifar10_facts.WIDTH]).any(axis=1))
     if len(wrong):
         height, width = sizes[wrong[0]]
         raise Cifar10EstimatorError(
             "%s is %dx%d pixels (width x height); CIFAR-10 images are %dx%d, resize it first"
             % (os.fsdecode(paths[wrong[0]]), width, height,
-               cifar10.WIDTH, cifar10.HEIGHT))
+               cifar10_facts.WIDTH, cifar10_facts.HEIGHT))
 
 
 def decoded_batches(paths, labels, subset, messages):

@@ -20,9 +20,9 @@ import tarfile
 
 import numpy as np
 
-from cifar10_estimator import cifar10
-from cifar10_estimator import tfrecord_format
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import cifar10_archive
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.cli import ArgumentParser, positive_int, run_command
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -66,7 +66,7 @@ def random_batch(num_images, seed, batch_label):
     """A batch dict as in the official files, with random pixels and labels."""
     rng = np.random.RandomState(seed)
     data = rng.randint(0, 256, size=(num_images, tfrecord_format.IMAGE_NUM_BYTES)).astype(np.uint8)
-    labels = [int(x) for x in rng.randint(0, cifar10.NUM_CLASSES, size=num_images)]
+    labels = [int(x) for x in rng.randint(0, cifar10_facts.NUM_CLASSES, size=num_images)]
     return {
         b"batch_label": batch_label.encode("ascii"),
         b"labels": labels,
@@ -93,7 +93,7 @@ def write_archive(path, batches, extra_members=()):
       extra_members: (tarfile.TarInfo, bytes or None) pairs appended after the batches.
     """
     members = {"batches.meta": python2_pickle({
-        b"label_names": [name.encode("ascii") for name in cifar10.CLASS_NAMES],
+        b"label_names": [name.encode("ascii") for name in cifar10_facts.CLASS_NAMES],
         b"num_cases_per_batch": 10000, b"num_vis": tfrecord_format.IMAGE_NUM_BYTES})}
     for name, batch in batches.items():
         members[name] = batch if isinstance(batch, bytes) else python2_pickle(batch)

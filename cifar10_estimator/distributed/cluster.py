@@ -52,6 +52,11 @@ class ClusterTask:
         return self.task_type in TRAINER_JOBS
 
     @property
+    def builds_towers(self):
+        """Whether the task builds the towers: every task but a ps, which only serves variables."""
+        return self.task_type != PS
+
+    @property
     def ps_addresses(self):
         return tuple(self.cluster.get(PS, ()))
 

@@ -192,7 +192,7 @@ def _global_step(checkpoint):
 def main(argv):
     args = build_parser().parse_args(argv)
     quiet_tensorflow_logs("2", "ERROR")
-    from cifar10_estimator import weight_averaging
+    from cifar10_estimator.training import weight_averaging
     hparams = job_hparams.load(args.job_dir)
     checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
     predicted, labels = predict_subset(

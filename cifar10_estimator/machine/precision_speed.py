@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from cifar10_estimator import hardware
+from cifar10_estimator.machine import hardware
 from cifar10_estimator import json_file
 
 CACHE_FORMAT = "cifar10_estimator.precision_speed/1"
@@ -79,7 +79,7 @@ def measured_speeds(precision_policy, make_probe=None):
     key = machine_key()
     speeds = machines.get(key, {})
     if precision_policy.name not in speeds or "fp32" not in speeds:
-        from cifar10_estimator import precision
+        from cifar10_estimator.training import precision
         speeds = _measure_alternately([precision.policy("fp32"), precision_policy],
                                       make_probe or TrainingProbe)
         speeds["measured"] = datetime.date.today().isoformat()
@@ -101,7 +101,7 @@ def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None):
       cpu_flags, onednn_enabled: what hardware.cpu_flags() and onednn_enabled() say.
       make_probe: as for measured_speeds.
     """
-    from cifar10_estimator import precision
+    from cifar10_estimator.training import precision
     prefix = "--precision %s: " % precision.AUTO
     if num_gpus:
         return "fp32", prefix + ("fp32 (it measures CPUs only; on GPUs ask for --precision "

@@ -20,12 +20,12 @@ import tempfile
 
 import numpy as np
 
-from cifar10_estimator import cifar10
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator import json_file
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 # One image's bytes in a record: CIFAR-10's HEIGHT x WIDTH x DEPTH, channel-major.
-IMAGE_NUM_BYTES = cifar10.HEIGHT * cifar10.WIDTH * cifar10.DEPTH
+IMAGE_NUM_BYTES = cifar10_facts.HEIGHT * cifar10_facts.WIDTH * cifar10_facts.DEPTH
 
 IMAGE_KEY = "image"
 LABEL_KEY = "label"
@@ -44,7 +44,7 @@ def generate_command(data_dir):
 
 def tfrecord_path(data_dir, subset):
     """Path of the TFRecord file of `subset` ('train', 'validation' or 'eval') in data_dir."""
-    cifar10.check_subset(subset)
+    cifar10_facts.check_subset(subset)
     return os.path.join(data_dir, subset + ".tfrecords")
 
 
@@ -96,7 +96,7 @@ def has_subset(data_dir, subset):
       ValueError: unknown subset.
       Cifar10EstimatorError: the metadata file exists but cannot be read as ours.
     """
-    cifar10.check_subset(subset)
+    cifar10_facts.check_subset(subset)
     counts = read_num_examples(data_dir)
     if counts is None:
         return os.path.isfile(tfrecord_path(data_dir, subset))
@@ -118,10 +118,10 @@ def num_examples(subset="train", data_dir=None):
         `has_subset`: a data dir converted with --validation-examples 0 has no
         validation set).
     """
-    cifar10.check_subset(subset)
+    cifar10_facts.check_subset(subset)
     counts = None if data_dir is None else read_num_examples(data_dir)
     if counts is None:
-        return cifar10.OFFICIAL_NUM_EXAMPLES[subset]
+        return cifar10_facts.OFFICIAL_NUM_EXAMPLES[subset]
     if subset not in counts:
         raise Cifar10EstimatorError(
             "%s has no %s examples (%s lists none); regenerate the data with: %s" % (

@@ -14,8 +14,8 @@ has float32's exponent range and needs no scaling.
 
 import tensorflow as tf
 
-from cifar10_estimator import checkpoint_saver
-from cifar10_estimator import optimizer_wrapper
+from cifar10_estimator.training import checkpoint_saver
+from cifar10_estimator.training import optimizer_wrapper
 
 # The dynamic loss scale of fp16 (the values of TensorFlow's own dynamic scaling): start
 # high, halve on every step whose gradients overflow, double after this many good steps.

@@ -25,8 +25,8 @@ ignores the shadows of older checkpoints, and evaluation then uses the trained w
 
 import tensorflow as tf
 
-from cifar10_estimator import checkpoint_saver
-from cifar10_estimator import optimizer_wrapper
+from cifar10_estimator.training import checkpoint_saver
+from cifar10_estimator.training import optimizer_wrapper
 
 # The name of every shadow under its variable's (ExponentialMovingAverage's default).
 SHADOW_NAME = "ExponentialMovingAverage"

@@ -1,0 +1,184 @@
+"""The package's imports run one way: no circle between modules, none between the top
+level's units (a top-level module, or a folder), nothing outside benchmarks/ imports it,
+and nothing imports main.
+
+Imports are read from the source with ast, those inside functions included: an import
+deferred to a function is still a dependency, only a later one.
+"""
+
+import ast
+import pathlib
+
+import cifar10_estimator
+
+PACKAGE_DIR = pathlib.Path(cifar10_estimator.__file__).parent
+PACKAGE = PACKAGE_DIR.name
+BENCHMARKS = PACKAGE + ".benchmarks"
+MAIN = PACKAGE + ".main"
+
+
+def module_paths(package_dir):
+    """Dotted name -> source path of every module of the package in package_dir."""
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _import_base(node, module, is_package):
+    """The absolute module name a `from ... import` statement imports from."""
+    if not node.level:
+        return node.module
+    package = module if is_package else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return package + "." + node.module if node.module else package
+
+
+def imported_modules(module, path, modules):
+    """The package's modules that `module` imports anywhere in its source."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _import_base(node, module, path.name == "__init__.py")
+            # `from package import name` imports module package.name when there is one,
+            # else takes the attribute name of package.
+            targets = [base + "." + alias.name for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                imported.add(target)
+    return imported
+
+
+def import_graph(package_dir=PACKAGE_DIR):
+    """Module -> the set of the package's modules it imports."""
+    modules = module_paths(package_dir)
+    return {module: imported_modules(module, path, modules) for module, path in modules.items()}
+
+
+def unit_of(module):
+    """The top level's unit of a module: the top-level module itself, or its folder."""
+    return ".".join(module.split(".")[:2])
+
+
+def itself(module):
+    """Each module its own unit: for the circles between modules."""
+    return module
+
+
+def unit_graph(graph, unit=unit_of):
+    """Unit -> the set of other units its modules import."""
+    units = {}
+    for module, imported in graph.items():
+        units.setdefault(unit(module), set()).update(
+            unit(target) for target in imported if unit(target) != unit(module))
+    return units
+
+
+def circles(graph):
+    """The strongly connected components of more than one node, each a sorted list:
+    every node of one reaches every other, so each lies on a cycle."""
+    index, lowlink, on_stack, stack, components = {}, {}, set(), [], []
+
+    def visit(node):
+        index[node] = lowlink[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                lowlink[node] = min(lowlink[node], lowlink[successor])
+            elif successor in on_stack:
+                lowlink[node] = min(lowlink[node], index[successor])
+        if lowlink[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def shortest_cycles(graph, circle):
+    """The distinct shortest cycles through each node of `circle` (one of circles(graph)),
+    each a list of nodes starting at its least."""
+    cycles = set()
+    for start in circle:
+        paths, queue = {start: [start]}, [start]
+        while queue:
+            node = queue.pop(0)
+            if start in graph[node]:
+                cycle = paths[node]
+                least = cycle.index(min(cycle))
+                cycles.add(tuple(cycle[least:] + cycle[:least]))
+                break
+            for successor in sorted(graph[node]):
+                if successor in circle and successor not in paths:
+                    paths[successor] = paths[node] + [successor]
+                    queue.append(successor)
+    return sorted(cycles)
+
+
+def _name(module):
+    return module[len(PACKAGE) + 1:] or PACKAGE
+
+
+def describe_cycles(graph, unit):
+    """The cycles between the units of graph's modules (unit_of, or itself for the modules
+    themselves), each with the imports that make it; '' when there is none."""
+    units = unit_graph(graph, unit)
+    lines = []
+    for circle in circles(units):
+        for cycle in shortest_cycles(units, circle):
+            lines.append("  " + " -> ".join(_name(node) for node in cycle + (cycle[0],)))
+            for source, target in zip(cycle, cycle[1:] + cycle[:1]):
+                lines.extend("      %s imports %s" % (_name(module), _name(imported))
+                             for module in sorted(graph) if unit(module) == source
+                             for imported in sorted(graph[module]) if unit(imported) == target)
+    return "\n".join(lines)
+
+
+def test_the_graph_sees_imports_inside_functions():
+    graph = import_graph()
+    assert PACKAGE + ".flags" in graph[MAIN]  # at the top of main
+    assert PACKAGE + ".model_fn" in graph[MAIN]  # inside one of main's functions
+
+
+def test_no_circle_between_modules():
+    cycles = describe_cycles(import_graph(), unit=itself)
+    assert not cycles, "modules importing each other, directly or through others:\n" + cycles
+
+
+def test_no_circle_between_the_top_levels_units():
+    cycles = describe_cycles(import_graph(), unit=unit_of)
+    assert not cycles, "units (top-level modules, folders) importing each other:\n" + cycles
+
+
+def test_nothing_outside_benchmarks_imports_them():
+    graph = import_graph()
+    importers = ["%s imports %s" % (_name(module), _name(target))
+                 for module, imported in sorted(graph.items()) for target in sorted(imported)
+                 if unit_of(target) == BENCHMARKS and unit_of(module) != BENCHMARKS]
+    assert not importers, "\n".join(importers)
+
+
+def test_nothing_imports_main():
+    graph = import_graph()
+    assert [_name(module) for module, imported in sorted(graph.items()) if MAIN in imported] == []
