@@ -33,10 +33,11 @@ def two_jobs(trained_job, tmp_path):
 def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
     output = tmp_path / "curves.png"
     result = run_module(MODULE, list(two_jobs) + [
-        "--output", output, "--reference", "86.97", "a longer run"])
+        "--output", output, "--reference", "86.97", "a longer run", "--accuracy-min", "5"])
     assert result.returncode == 0, result.stderr[-3000:]
     with Image.open(str(output)) as image:
-        assert image.format == "PNG" and image.size == (900, 700)
+        # 9 x 7 inches of panels at 100 dpi, and below them a legend of three lines.
+        assert image.format == "PNG" and image.size[0] == 900 and image.size[1] > 700
     lines = result.stdout.splitlines()
     assert lines[0].startswith("--learning-rate 0.1: 2 validation points to epoch 1.2, last ")
     assert lines[1].startswith("--learning-rate 0.05: 2 validation points to epoch 1.2, ")
@@ -52,14 +53,15 @@ def test_the_axis_is_epochs_of_the_training_set(trained_job):
     assert run.learning_rate and all(rate == pytest.approx(0.1) for _, rate in run.learning_rate)
     assert run.test_accuracy is not None
     pyplot = plot._pyplot()
-    fig = plot.figure(pyplot, [run], ["the run"], [(50.0, "half")])
+    fig = plot.figure(pyplot, [run], ["the run"], [(50.0, "half")], accuracy_min=2.5)
     accuracy_axes, rate_axes = fig.axes
+    assert accuracy_axes.get_ylim()[0] == 2.5
     assert rate_axes.get_xlabel() == "epochs"
     assert accuracy_axes.get_ylabel() == "validation accuracy (%)"
     drawn = accuracy_axes.get_lines()[0]
     assert list(drawn.get_xdata()) == [0.625, 1.25]
     assert list(drawn.get_ydata()) == [100 * value for _, value in run.validation_accuracy]
-    legend = [text.get_text() for text in accuracy_axes.get_legend().get_texts()]
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
     assert legend == ["the run: test %.2f %%" % (100 * run.test_accuracy), "half: 50.00 %"]
     pyplot.close(fig)
 

@@ -34,6 +34,9 @@ def build_parser():
                         metavar=("PERCENT", "LABEL"),
                         help="A horizontal line at an accuracy, e.g. a longer run's test "
                              "accuracy to compare with (may be repeated).")
+    parser.add_argument("--accuracy-min", type=float, default=None, metavar="PERCENT",
+                        help="The lowest accuracy the upper panel shows (default: the "
+                             "lowest point), to look closely at the end of the runs.")
     parser.add_argument("--title", default=None, help="The figure's title.")
     return parser
 
@@ -48,10 +51,19 @@ def _pyplot():
     return pyplot
 
 
-def figure(pyplot, runs, labels, references=(), title=None):
-    """The matplotlib Figure: accuracy above, learning rate below, one shared epoch axis."""
+# Inches: the two panels, and each line of the legend below them.
+PANELS_HEIGHT = 7.0
+LEGEND_LINE_HEIGHT = 0.22
+
+
+def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None):
+    """The matplotlib Figure: accuracy above, learning rate below, one shared epoch axis,
+    and the legend under both (long labels would hide the curves inside a panel)."""
+    num_entries = len(runs) + len(references)
+    legend_height = LEGEND_LINE_HEIGHT * num_entries + 0.3
     fig, (accuracy_axes, rate_axes) = pyplot.subplots(
-        2, 1, sharex=True, figsize=(9, 7), gridspec_kw={"height_ratios": [3, 1]})
+        2, 1, sharex=True, figsize=(9, PANELS_HEIGHT + legend_height),
+        gridspec_kw={"height_ratios": [3, 1]})
     for run, label in zip(runs, labels):
         epochs, accuracies = zip(*run.validation_accuracy)
         if run.test_accuracy is not None:
@@ -65,14 +77,18 @@ def figure(pyplot, runs, labels, references=(), title=None):
         accuracy_axes.axhline(percent, color="black", linestyle="--", linewidth=1,
                               label="%s: %.2f %%" % (label, percent))
     accuracy_axes.set_ylabel(ACCURACY_LABEL)
+    if accuracy_min is not None:
+        accuracy_axes.set_ylim(bottom=accuracy_min)
     accuracy_axes.grid(alpha=0.3)
-    accuracy_axes.legend(loc="lower right", fontsize="small")
     rate_axes.set_ylabel(LEARNING_RATE_LABEL)
     rate_axes.set_xlabel(EPOCHS_LABEL)
     rate_axes.grid(alpha=0.3)
     if title:
         accuracy_axes.set_title(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+    handles, texts = accuracy_axes.get_legend_handles_labels()
+    fig.legend(handles, texts, loc="lower left", fontsize="small", frameon=False,
+               bbox_to_anchor=(0.02, 0.0))
     return fig
 
 
@@ -104,7 +120,7 @@ def main(argv):
     cli.quiet_tensorflow_logs("3", "ERROR")
     runs = [job_runs.read_run(job_dir) for job_dir in args.job_dirs]
     labels = job_runs.labels(runs)
-    fig = figure(pyplot, runs, labels, references, args.title)
+    fig = figure(pyplot, runs, labels, references, args.title, args.accuracy_min)
     save_png(fig, args.output)
     for run, label in zip(runs, labels):
         last_epoch, last_accuracy = run.validation_accuracy[-1]
