@@ -161,56 +161,55 @@ def resnet8_logits(images, hparams):
             data_format="channels_last").forward_pass(images)
 
 
-def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variable():
-    hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01)
+def resnet8_tower_loss(hparams, decayed_of):
+    """One ResNet-8 tower's loss beside its parts, built again by hand: the cross entropy
+    of the same logits and the sum of squares of `decayed_of(trainable variables)`."""
     with tf.Graph().as_default():
         images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
         labels = tf.constant([3, 7])
         with tf.compat.v1.variable_scope("resnet"):
             tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
             loss, probabilities = tower_fn(images, labels, True)
-        logits = resnet8_logits(images, hparams)
-        cross_entropy = tf.reduce_mean(
-            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-        squares = tf.add_n([tf.reduce_sum(tf.square(v))
-                            for v in tf.compat.v1.trainable_variables()])
-        with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            loss, probabilities, logits, cross_entropy, squares = session.run(
-                [loss, probabilities, logits, cross_entropy, squares])
-    assert squares > 0
-    np.testing.assert_allclose(loss, cross_entropy + 0.01 * squares / 2, rtol=1e-5)
-    # The tower's predictions: the softmax over the 10 classes, without the 11th logit.
-    class_logits = logits[:, :10]
-    np.testing.assert_allclose(
-        probabilities,
-        np.exp(class_logits) / np.exp(class_logits).sum(axis=1, keepdims=True), rtol=1e-5)
-
-
-def test_kernels_scope_decays_the_convolution_and_dense_kernels_only():
-    hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01, weight_decay_scope="kernels")
-    with tf.Graph().as_default():
-        images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
-        labels = tf.constant([3, 7])
-        with tf.compat.v1.variable_scope("resnet"):
-            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
-            loss, _ = tower_fn(images, labels, True)
         trainable = tf.compat.v1.trainable_variables()
-        decayed = model_fn.decayed_variables(trainable, "kernels")
+        decayed = decayed_of(trainable)
         logits = resnet8_logits(images, hparams)
         cross_entropy = tf.reduce_mean(
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         squares = tf.add_n([tf.reduce_sum(tf.square(v)) for v in decayed])
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            loss, cross_entropy, squares = session.run([loss, cross_entropy, squares])
-    names = sorted(v.op.name for v in decayed)
+            values = session.run(dict(loss=loss, probabilities=probabilities, logits=logits,
+                                      cross_entropy=cross_entropy, squares=squares))
+    values["trainable"] = [v.op.name for v in trainable]
+    values["decayed"] = sorted(v.op.name for v in decayed)
+    return types.SimpleNamespace(**values)
+
+
+def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variable():
+    hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01)
+    tower = resnet8_tower_loss(hparams, lambda trainable: trainable)
+    assert tower.squares > 0
+    np.testing.assert_allclose(
+        tower.loss, tower.cross_entropy + 0.01 * tower.squares / 2, rtol=1e-5)
+    # The tower's predictions: the softmax over the 10 classes, without the 11th logit.
+    class_logits = tower.logits[:, :10]
+    np.testing.assert_allclose(
+        tower.probabilities,
+        np.exp(class_logits) / np.exp(class_logits).sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_kernels_scope_decays_the_convolution_and_dense_kernels_only():
+    hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01, weight_decay_scope="kernels")
+    tower = resnet8_tower_loss(
+        hparams, lambda trainable: model_fn.decayed_variables(trainable, "kernels"))
+    names = tower.decayed
     # Every convolution's kernel and the dense one; no gamma, beta or bias.
-    assert names == sorted(v.op.name for v in trainable if v.op.name.endswith("/kernel"))
+    assert names == sorted(name for name in tower.trainable if name.endswith("/kernel"))
     assert "resnet/dense/kernel" in names
-    assert len(names) == sum(1 for v in trainable if "conv2d" in v.op.name) + 1
+    assert len(names) == sum(1 for name in tower.trainable if "conv2d" in name) + 1
     assert not [name for name in names if "BatchNorm" in name or name.endswith("bias")]
-    np.testing.assert_allclose(loss, cross_entropy + 0.01 * squares / 2, rtol=1e-5)
+    np.testing.assert_allclose(
+        tower.loss, tower.cross_entropy + 0.01 * tower.squares / 2, rtol=1e-5)
 
 
 def test_an_unknown_weight_decay_scope_is_refused():
