@@ -76,6 +76,23 @@ def test_labels_name_only_the_differences_and_fall_back_to_the_folder(trained_jo
                                          "--nesterov, --moving-average-decay 0.999"]
 
 
+def test_labels_leave_out_what_the_schedule_does_not_read(trained_job):
+    run = runs.read_run(trained_job.job_dir)
+    cosine = dataclasses.replace(run.hparams, learning_rate_schedule="cosine")
+    # Cosine runs recorded with other drops (an older default) train alike on that count.
+    recorded_apart = [dataclasses.replace(run, job_dir="/x/a", hparams=dataclasses.replace(
+                          cosine, learning_rate_drops="paper", train_epochs=15.0)),
+                      dataclasses.replace(run, job_dir="/x/b", hparams=dataclasses.replace(
+                          cosine, learning_rate_drops=None, train_epochs=30.0))]
+    assert runs.labels(recorded_apart) == ["--train-epochs 15", "--train-epochs 30"]
+    # A piecewise run's drops are its own, and named beside a run that has none.
+    piecewise = dataclasses.replace(recorded_apart[0], hparams=dataclasses.replace(
+        recorded_apart[0].hparams, learning_rate_schedule="piecewise"))
+    assert runs.labels([piecewise, recorded_apart[1]]) == [
+        "--train-epochs 15, --learning-rate-drops paper, --learning-rate-schedule piecewise",
+        "--train-epochs 30, --learning-rate-schedule cosine"]
+
+
 def test_without_matplotlib_it_says_what_to_install(trained_job, tmp_path):
     shadow = tmp_path / "shadow" / "matplotlib"
     shadow.mkdir(parents=True)

@@ -9,6 +9,7 @@ import typing
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
 from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.training import schedule
 
 # Where the trainer writes what is drawn: the validation evaluations during training
 # (cifar10.SUBSETS explains the name) and, in the job dir itself, the training summaries.
@@ -102,14 +103,28 @@ def labels(runs):
     single run) are named by their job directory, which is also added where two labels
     would otherwise be the same.
     """
-    values = [dataclasses.asdict(run.hparams) for run in runs]
+    values = [_used_values(run.hparams) for run in runs]
     differing = [name for name in values[0]
                  if len({json.dumps(value[name]) for value in values}) > 1]
-    texts = [", ".join(_as_flag(name, value[name]) for name in differing) for value in values]
+    texts = [", ".join(_as_flag(name, value[name]) for name in differing
+                       if value[name] is not _UNUSED) for value in values]
     names = [os.path.basename(os.path.normpath(run.job_dir)) for run in runs]
     return [text if text and texts.count(text) == 1 else
             ("%s (%s)" % (name, text) if text else name)
             for text, name in zip(texts, names)]
+
+
+# Stands for a field the run's training did not read: equal to itself, shown as nothing.
+_UNUSED = "(unused)"
+
+
+def _used_values(hparams):
+    """The run's fields as a dict, _UNUSED where the run's schedule ignores the field, so
+    that runs recorded with different defaults for it are not told apart by it."""
+    values = dataclasses.asdict(hparams)
+    for name in schedule.unused_fields(hparams):
+        values[name] = _UNUSED
+    return values
 
 
 def _as_flag(name, value):

@@ -85,6 +85,15 @@ def proportional_drops(hparams):
     return "paper" if hparams.train_epochs is not None else None
 
 
+def unused_fields(hparams):
+    """The HParams fields this run's schedule reads nothing from.
+
+    The drops shape only the piecewise rate: a cosine or linear run ignores
+    learning_rate_drops, whatever hparams.json records for it.
+    """
+    return () if hparams.learning_rate_schedule == "piecewise" else ("learning_rate_drops",)
+
+
 def base_learning_rate(hparams):
     """The rate the schedule starts from: learning_rate, scaled to the global batch if asked.
 
