@@ -5,11 +5,16 @@ The tutorial took the greedy parameter-device strategy from tf.contrib.training,
 which no longer exists; GreedyLoadBalancingStrategy and byte_size_load_fn replace it.
 """
 
+import atexit
 import threading
 
 import tensorflow as tf
 
 DEFAULT_PS_OPS = ("Variable", "VariableV2", "VarHandleOp")
+
+# How long a program's exit waits for the --sync chief's update thread to come back from
+# its last, cancelled wait: it comes back as soon as the session has closed.
+SYNC_UPDATES_EXIT_WAIT_SECS = 10
 
 
 class ExamplesPerSecondHook(tf.compat.v1.train.SessionRunHook):
@@ -124,7 +129,9 @@ class SyncReplicasChiefHook(tf.compat.v1.train.SessionRunHook):
         wait two minutes for it before closing the session (then a CancelledError
         traceback). Here closing the session ends the wait quietly;
       - at the end it closes the token queue, so a worker still waiting for a token
-        stops (OutOfRange) instead of hanging.
+        stops (OutOfRange) instead of hanging;
+      - the program's exit waits for the thread (SYNC_UPDATES_EXIT_WAIT_SECS at most),
+        so that a run that finished does not abort on the way out.
     """
 
     def __init__(self, sync_optimizer):
@@ -138,8 +145,14 @@ class SyncReplicasChiefHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         session.run(self._chief_init_op)
-        threading.Thread(target=self._apply_updates, args=(session, coord),
-                         name="sync_replicas_updates", daemon=True).start()
+        thread = threading.Thread(target=self._apply_updates, args=(session, coord),
+                                  name="sync_replicas_updates", daemon=True)
+        thread.start()
+        # Its last update waits inside TensorFlow until the session closes. Should that
+        # wait return once the interpreter is finalizing, Python ends the thread inside
+        # TensorFlow's C++ frames and the process aborts ("FATAL: exception not
+        # rethrown") after a finished run. atexit handlers run before that point.
+        atexit.register(thread.join, SYNC_UPDATES_EXIT_WAIT_SECS)
 
     def _apply_updates(self, session, coord):
         try:

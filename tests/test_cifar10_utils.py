@@ -1,7 +1,9 @@
 """The tutorial's training helpers: the examples/sec hook, local device setters, greedy load
-balancing."""
+balancing, and the --sync chief's hook."""
 
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_utils
+from cli_helpers import REPO_ROOT, cli_env
 
 LOG_LINE = re.compile(r"^Average examples/sec: (\S+) \((\S+)\), step = (\S+)$")
 
@@ -233,3 +236,55 @@ def test_byte_size_of_an_op_that_is_not_a_variable_is_an_error():
         constant = tf.constant([1.0, 2.0])
         with pytest.raises(ValueError, match="no 'shape' and 'dtype'"):
             cifar10_utils.byte_size_load_fn(constant.op)
+
+
+# A --sync chief in a program of its own: the update thread's last run is cancelled when
+# the session closes, and here comes back from TensorFlow 2 s late, as it may on a busy
+# machine. The first atexit handler runs last and reports whether the thread still runs.
+SYNC_CHIEF_PROGRAM = """
+import atexit, threading, time
+import tensorflow as tf
+from cifar10_estimator import cifar10_utils
+
+def update_threads():
+    return [t for t in threading.enumerate() if t.name == "sync_replicas_updates"]
+
+atexit.register(lambda: print("update threads at exit:", len(update_threads()), flush=True))
+session_run = tf.compat.v1.Session.run
+
+def run_late_once_cancelled(self, *args, **kwargs):
+    try:
+        return session_run(self, *args, **kwargs)
+    except tf.errors.CancelledError:
+        if threading.current_thread().name == "sync_replicas_updates":
+            time.sleep(2)
+        raise
+
+tf.compat.v1.Session.run = run_late_once_cancelled
+tf.compat.v1.disable_eager_execution()
+step = tf.compat.v1.train.get_or_create_global_step()
+weight = tf.compat.v1.get_variable("weight", initializer=1.0)
+optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+    tf.compat.v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1,
+    total_num_replicas=1)
+train_op = optimizer.minimize(tf.square(weight), global_step=step)
+hooks = [optimizer.make_session_run_hook(is_chief=False),
+         cifar10_utils.SyncReplicasChiefHook(optimizer),
+         tf.compat.v1.train.StopAtStepHook(last_step=3)]
+with tf.compat.v1.train.MonitoredTrainingSession(is_chief=True, hooks=hooks) as session:
+    while not session.should_stop():
+        session.run(train_op)
+print("update threads after training:", len(update_threads()), flush=True)
+"""
+
+
+def test_the_sync_chiefs_update_thread_ends_before_the_program_exits():
+    result = subprocess.run([sys.executable, "-c", SYNC_CHIEF_PROGRAM], cwd=REPO_ROOT,
+                            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Training returned while the thread was still on its way back from TensorFlow...
+    assert "update threads after training: 1" in result.stdout, result.stdout
+    # ...and the exit waited for it: a daemon thread still in TensorFlow's C++ frames when
+    # the interpreter finalizes can abort the process ("FATAL: exception not rethrown").
+    assert "update threads at exit: 0" in result.stdout, result.stdout
