@@ -95,6 +95,21 @@ class Cifar10DataSet:
         dataset = self.make_dataset(batch_size)
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
+    def read_all_examples(self):
+        """Every example of the subset once, in file order, as numpy arrays (eager mode).
+
+        For feeding a subset to runtimes outside TensorFlow (serving.runtimes).
+
+        Returns:
+          images: uint8 [N, 32, 32, 3], pixel values 0..255 in HWC order.
+          labels: int64 [N].
+        """
+        import numpy as np
+        for images, labels in _read_whole_file(self.filename):
+            return images.numpy(), labels.numpy().astype(np.int64)
+        # An empty file batches into no element at all.
+        return np.zeros([0, HEIGHT, WIDTH, DEPTH], np.uint8), np.zeros([0], np.int64)
+
     def make_dataset(self, batch_size):
         """An endless tf.data.Dataset of (images, labels) batches, as make_batch returns."""
         import tensorflow as tf

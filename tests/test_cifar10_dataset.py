@@ -173,6 +173,23 @@ def test_make_dataset_also_runs_eagerly(tiny_records):
     assert images.shape == (8, 32, 32, 3) and labels.shape == (8,)
 
 
+@pytest.mark.parametrize("subset", SUBSETS)
+def test_read_all_examples_gives_each_example_once_as_written(tiny_records, subset):
+    data_dir, subsets = tiny_records
+    written_images, written_labels = subsets[subset]
+    images, labels = cifar10.Cifar10DataSet(str(data_dir), subset).read_all_examples()
+    assert (images.dtype, labels.dtype) == (np.uint8, np.int64)
+    np.testing.assert_array_equal(images, as_hwc(written_images))
+    np.testing.assert_array_equal(labels, written_labels)
+
+
+def test_read_all_examples_of_an_empty_file_is_empty(tmp_path):
+    cifar_archives.write_tfrecords_the_original_way(
+        str(tmp_path), {"eval": (np.zeros([0, 3072], np.uint8), np.zeros([0], np.int64))})
+    images, labels = cifar10.Cifar10DataSet(str(tmp_path), "eval").read_all_examples()
+    assert images.shape == (0, 32, 32, 3) and labels.shape == (0,)
+
+
 def test_make_batch_feeds_an_estimator_for_several_epochs(tiny_data_dir, tmp_path):
     batch_size = 48  # 6 training steps read the 64 training images 4.5 times
 
