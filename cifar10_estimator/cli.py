@@ -125,6 +125,29 @@ def run_command(main, argv=None, prog=None):
 
 
 @contextlib.contextmanager
+def _stderr_held(write_out):
+    """Hold back what the block writes to file descriptor 2 (C++ code included), then
+    write it out if write_out(the exception the block raised, or None) is true."""
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        raised = None
+        try:
+            yield
+        except BaseException as error:
+            raised = error
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            if write_out(raised):
+                held.seek(0)
+                sys.stderr.write(held.read().decode("utf-8", "replace"))
+                sys.stderr.flush()
+
+
 def stderr_dropped_on_user_error():
     """Hold back what the block writes to file descriptor 2 (C++ code included).
 
@@ -132,24 +155,16 @@ def stderr_dropped_on_user_error():
     user needs (TensorFlow prints lines such as "Unable to register cuDNN factory"
     at import); written out once the block ends in any other way.
     """
-    sys.stderr.flush()
-    saved_fd = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        user_error = False
-        try:
-            yield
-        except Cifar10EstimatorError:
-            user_error = True
-            raise
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved_fd, 2)
-            os.close(saved_fd)
-            if not user_error:
-                held.seek(0)
-                sys.stderr.write(held.read().decode("utf-8", "replace"))
-                sys.stderr.flush()
+    return _stderr_held(lambda error: not isinstance(error, Cifar10EstimatorError))
+
+
+def stderr_dropped_on_success():
+    """Hold back what the block writes to file descriptor 2 (C++ code included).
+
+    Dropped if the block succeeds (for chatter such as the TensorFlow Lite converter's
+    summaries); written out if it raises, as what led to the error.
+    """
+    return _stderr_held(lambda error: error is not None)
 
 
 def quiet_tensorflow_logs(cpp_min_log_level, python_log_level):
