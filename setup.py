@@ -7,6 +7,11 @@ from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# onnx: convert --to onnx (tf2onnx) and running .onnx files (onnxruntime); training never
+# needs them. Pinned to versions that install beside tensorflow 2.15 with a clean pip check;
+# onnx 1.19 installs too, but then fails to import on TensorFlow 2.15's ml_dtypes.
+ONNX_REQUIREMENTS = ["tf2onnx==1.17.0", "onnx==1.18.0", "onnxruntime==1.32.0"]
+
 
 def read_version():
     with open(os.path.join(HERE, "cifar10_estimator", "__init__.py")) as stream:
@@ -32,7 +37,9 @@ setup(
     extras_require={
         # plot: the curves command draws with matplotlib; training never needs it.
         "plot": ["matplotlib>=3.5"],
-        "test": ["pytest>=7", "pytest-timeout>=2", "Pillow", "matplotlib>=3.5"],
+        "onnx": ONNX_REQUIREMENTS,
+        "test": ["pytest>=7", "pytest-timeout>=2", "Pillow", "matplotlib>=3.5"]
+        + ONNX_REQUIREMENTS,
     },
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",
@@ -41,6 +48,7 @@ setup(
         "cifar10-synthetic-archive=cifar10_estimator.data.synthetic_archive:console_main",
         "cifar10-predict=cifar10_estimator.serving.predict:console_main",
         "cifar10-evaluate=cifar10_estimator.serving.evaluate:console_main",
+        "cifar10-convert=cifar10_estimator.serving.convert:console_main",
         "cifar10-benchmark=cifar10_estimator.benchmarks.suite:console_main",
         "cifar10-curves=cifar10_estimator.curves.plot:console_main",
     ]},

@@ -16,6 +16,7 @@ COMMANDS = [
     ("cifar10-local-cluster", "cifar10_estimator.distributed.local_cluster"),
     ("cifar10-predict", "cifar10_estimator.serving.predict"),
     ("cifar10-evaluate", "cifar10_estimator.serving.evaluate"),
+    ("cifar10-convert", "cifar10_estimator.serving.convert"),
     ("cifar10-synthetic-archive", "cifar10_estimator.data.synthetic_archive"),
     ("cifar10-benchmark", "cifar10_estimator.benchmarks"),
     ("cifar10-curves", "cifar10_estimator.curves"),

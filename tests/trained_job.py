@@ -1,8 +1,10 @@
-"""A pytest plugin: one tiny job dir trained through the real CLI, shared by the session.
+"""A pytest plugin: one tiny job dir trained through the real CLI, and its best export
+converted to each other runtime's file, shared by the session.
 
 Test modules use it with `pytest_plugins = ["trained_job"]` (which registers the
-fixture once, so the training runs once however many modules ask for it) and the
-`trained_job` fixture; they do not import this module.
+fixtures once, so the training and conversions run once however many modules ask for
+them) and the `trained_job` and `converted_models` fixtures; they do not import this
+module.
 """
 
 import glob
@@ -64,3 +66,33 @@ def trained_job(tmp_path_factory, tiny_data_dir):
         "--eval-every-secs", "1"])
     assert result.returncode == 0, result.stderr[-5000:]
     return TrainedJob(job_dir, tiny_data_dir)
+
+
+# --to of the convert command -> the file it writes.
+CONVERTED_FILE_NAMES = {"tflite": "model.tflite", "tflite-int8": "model-int8.tflite",
+                        "onnx": "model.onnx"}
+
+
+class ConvertedModel:
+    """A file the convert command wrote, and what it printed."""
+
+    def __init__(self, path, result):
+        self.path = str(path)
+        self.stdout = result.stdout
+        self.stderr = result.stderr
+
+
+@pytest.fixture(scope="session")
+def converted_models(tmp_path_factory, trained_job):
+    """{--to: ConvertedModel}: the job dir converted by the real convert CLI to each format,
+    checked and (int8) calibrated on the validation subset of its data."""
+    output_dir = tmp_path_factory.mktemp("converted")
+    models = {}
+    for to, name in CONVERTED_FILE_NAMES.items():
+        path = output_dir / name
+        result = run_module("cifar10_estimator.serving.convert", [
+            "--export-dir", trained_job.job_dir, "--to", to, "--output", path,
+            "--data-dir", trained_job.data_dir])
+        assert result.returncode == 0, result.stderr[-5000:]
+        models[to] = ConvertedModel(path, result)
+    return models
