@@ -155,3 +155,69 @@ def test_a_checkpoint_of_another_depth_is_a_clear_error(trained_job):
     with pytest.raises(Cifar10EstimatorError, match="cannot restore .* into a ResNet-14"):
         evaluate.predict_subset(checkpoint, job_hparams.HParams(num_layers=14),
                                 trained_job.data_dir, "eval", 8)
+
+
+@slow
+@pytest.mark.parametrize("to", ["tflite", "tflite-int8", "onnx"])
+def test_a_model_file_is_evaluated_by_its_runtime(trained_job, converted_models, to, tmp_path):
+    from cifar10_estimator.serving import runtimes
+
+    path = converted_models[to].path
+    json_path = tmp_path / "results.json"
+    result = run_module(MODULE, ["--model", path, "--data-dir", trained_job.data_dir,
+                                 "--batch-size", "5", "--json", json_path])
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(json_path.read_text())
+    images, labels = trained_job.read_subset("eval")
+    matrix = assert_consistent(results, labels)
+    model = runtimes.load(path)
+    predicted = model.predict(images)["classes"]
+    np.testing.assert_array_equal(matrix, confusion_matrix(labels, predicted))
+    assert (results["model"], results["format"], results["runtime"]) == (
+        path, model.format_name, model.runtime)
+    assert result.stdout.startswith("model: %s (%s)\nruntime: %s\nsubset: eval, 32 examples\n"
+                                    % (path, model.format_name, model.runtime))
+
+
+@slow
+def test_an_export_as_model_is_evaluated_by_its_serving_default(trained_job, tmp_path):
+    export_dir = trained_job.exports("best")[-1]
+    json_path = tmp_path / "results.json"
+    result = run_module(MODULE, ["--model", trained_job.job_dir, "--data-dir",
+                                 trained_job.data_dir, "--subset", "validation",
+                                 "--json", json_path])
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(json_path.read_text())
+    images, labels = trained_job.read_subset("validation")
+    matrix = assert_consistent(results, labels)
+    served = trained_job.serve_images(export_dir, images)["classes"]
+    np.testing.assert_array_equal(matrix, confusion_matrix(labels, served))
+    assert (results["model"], results["format"]) == (export_dir, "SavedModel")
+
+
+def test_a_checkpoint_with_a_model_file_is_a_usage_error(tiny_data_dir, tmp_path):
+    result = run_module(MODULE, ["--model", tmp_path / "model.tflite", "--data-dir",
+                                 tiny_data_dir, "--checkpoint", tmp_path / "model.ckpt-1"])
+    assert_one_line_error(result, 2, "--checkpoint is for --job-dir")
+
+
+def test_a_job_dir_and_a_model_file_together_are_a_usage_error(tiny_data_dir, tmp_path):
+    result = run_module(MODULE, ["--model", tmp_path / "model.tflite", "--job-dir", tmp_path,
+                                 "--data-dir", tiny_data_dir])
+    assert_one_line_error(result, 2, "--job-dir", "not allowed with argument --model")
+
+
+@slow
+@pytest.mark.parametrize("name, fragment", [
+    ("missing.tflite", "model file {} does not exist"),
+    ("damaged.onnx", "cannot load {} in ONNX Runtime"),
+    ("damaged.tflite", "cannot load {} in the TensorFlow Lite interpreter"),
+    ("notes.txt", "{} is neither a .tflite nor an .onnx file"),
+])
+def test_a_model_file_that_does_not_load_is_a_one_line_error(tiny_data_dir, tmp_path, name,
+                                                             fragment):
+    path = tmp_path / name
+    if not name.startswith("missing"):
+        path.write_text("not a model\n")
+    result = run_module(MODULE, ["--model", path, "--data-dir", tiny_data_dir])
+    assert_one_line_error(result, 1, fragment.format(path))

@@ -1,12 +1,18 @@
-"""Evaluate a checkpoint on every example of a subset: accuracy, per class, confusion matrix.
+"""Evaluate a checkpoint or a model file on every example of a subset: accuracy, per
+class, confusion matrix.
 
     python -m cifar10_estimator.serving.evaluate --job-dir JOB --data-dir DATA [--subset validation]
+    python -m cifar10_estimator.serving.evaluate --model FILE --data-dir DATA [--subset validation]
 
-The network is rebuilt from job-dir/hparams.json (written by training) and restored
-from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
-the exported model (argmax over the 10 real classes, see model_fn._predictions): with
-the weights' moving averages if training kept them (--moving-average-decay), and
-averaged over each image and its mirror if it evaluated so (--eval-flips).
+With --job-dir the network is rebuilt from job-dir/hparams.json (written by training)
+and restored from the latest checkpoint of the job dir, or --checkpoint. Predictions
+are those of the exported model (argmax over the 10 real classes, see
+model_fn._predictions): with the weights' moving averages if training kept them
+(--moving-average-decay), and averaged over each image and its mirror if it evaluated
+so (--eval-flips).
+With --model the predictions are those of a .tflite or .onnx file written by
+convert.py, run by its own runtime (the TensorFlow Lite interpreter, ONNX Runtime), or
+of an export's serving_default signature run by TensorFlow (runtimes.py).
 """
 
 import argparse
@@ -19,23 +25,31 @@ from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
 from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
                                    quiet_tensorflow_logs, run_command)
-from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 
 def build_parser():
     parser = ArgumentParser(
-        description="Evaluate a trained checkpoint on every example of a subset once: overall "
-                    "and per-class accuracy and the confusion matrix.",
+        description="Evaluate a trained checkpoint, or a model file in its runtime, on every "
+                    "example of a subset once: overall and per-class accuracy and the "
+                    "confusion matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--job-dir", required=True,
-                        help="Directory training wrote (checkpoints and hparams.json).")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--job-dir",
+                       help="Directory training wrote (checkpoints and hparams.json).")
+    model.add_argument("--model", metavar="FILE",
+                       help="A .tflite or .onnx file written by "
+                            "cifar10_estimator.serving.convert, run by its runtime; or an "
+                            "export (JOB/export/best/<timestamp>, or as predict's "
+                            "--export-dir), its serving_default run by TensorFlow.")
     parser.add_argument("--data-dir", required=True,
                         help="Directory with the TFRecords written by generate_tfrecords.")
     parser.add_argument("--subset", choices=["eval", "validation"], default="eval",
                         help="Which examples to evaluate.")
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="Checkpoint prefix such as JOB/model.ckpt-80000, or a directory "
-                             "(its latest checkpoint); default the latest in --job-dir.")
+                             "(its latest checkpoint); default the latest in --job-dir. "
+                             "Only with --job-dir.")
     parser.add_argument("--json", metavar="PATH", help="Also write the results as JSON here.")
     parser.add_argument("--batch-size", type=positive_int, default=100,
                         help="Examples per batch; need not divide the subset.")
@@ -119,6 +133,22 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
     return predicted.astype(np.int64), true.astype(np.int64)
 
 
+def predict_subset_with_model(model, data_dir, subset, batch_size):
+    """Predicted and true classes of every example of `subset` by a runtimes.load model.
+
+    Returns:
+      (predicted, labels): two int64 numpy arrays [num_examples], in file order.
+
+    Raises:
+      Cifar10EstimatorError: missing data.
+    """
+    from cifar10_estimator.serving import runtimes
+    images, labels = cifar10.Cifar10DataSet(data_dir, subset,
+                                            use_distortion=False).read_all_examples()
+    predicted = runtimes.predict_in_batches(model, images, batch_size)["classes"]
+    return predicted.astype(np.int64), labels
+
+
 def confusion_matrix(labels, predicted):
     """int64 [10, 10]: entry [t, p] counts examples of true class t predicted as p."""
     num_classes = cifar10.NUM_CLASSES
@@ -158,12 +188,15 @@ def _fraction(accuracy, hits, total):
     return "%.4f (%d/%d)" % (accuracy, hits, total)
 
 
-def format_report(results):
-    """The results of `summarize` (plus checkpoint and subset) as text for a terminal."""
+def format_report(results, what_lines):
+    """The results of `summarize` (plus the subset) as text for a terminal.
+
+    Args:
+      results: dict of summarize, with subset.
+      what_lines: lines that say what was evaluated, printed first.
+    """
     width = max(len(name) for name in cifar10.CLASS_NAMES) + 1
-    lines = [
-        "checkpoint: %s (global step %s)" % (results["checkpoint"], results["global_step"]),
-        "weights: %s" % results["weights"],
+    lines = list(what_lines) + [
         "subset: %s, %d examples" % (results["subset"], results["num_examples"]),
         "accuracy: %s" % _fraction(results["accuracy"], results["num_correct"],
                                    results["num_examples"]),
@@ -189,9 +222,8 @@ def _global_step(checkpoint):
     return int(reader.get_tensor("global_step"))
 
 
-def main(argv):
-    args = build_parser().parse_args(argv)
-    quiet_tensorflow_logs("2", "ERROR")
+def evaluate_checkpoint(args):
+    """(results of the checkpoint that args designate, lines saying what it is)."""
     from cifar10_estimator.training import weight_averaging
     hparams = job_hparams.load(args.job_dir)
     checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
@@ -199,10 +231,32 @@ def main(argv):
         checkpoint, hparams, args.data_dir, args.subset, args.batch_size)
     results = summarize(confusion_matrix(labels, predicted))
     results.update(checkpoint=checkpoint, global_step=_global_step(checkpoint),
-                   subset=args.subset, data_dir=args.data_dir,
                    weights=weight_averaging.evaluated_weights(hparams.moving_average_decay,
                                                               checkpoint))
-    print(format_report(results))
+    return results, ["checkpoint: %s (global step %s)" % (checkpoint, results["global_step"]),
+                     "weights: %s" % results["weights"]]
+
+
+def evaluate_model(args):
+    """(results of the model file or export args.model, lines saying what it is)."""
+    from cifar10_estimator.serving import runtimes
+    model = runtimes.load(args.model)
+    predicted, labels = predict_subset_with_model(model, args.data_dir, args.subset,
+                                                  args.batch_size)
+    results = summarize(confusion_matrix(labels, predicted))
+    results.update(model=model.path, format=model.format_name, runtime=model.runtime)
+    return results, ["model: %s (%s)" % (model.path, model.format_name),
+                     "runtime: %s" % model.runtime]
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    if args.model and args.checkpoint:
+        raise UsageError("--checkpoint is for --job-dir; a --model holds its own weights")
+    quiet_tensorflow_logs("2", "ERROR")
+    results, what_lines = evaluate_model(args) if args.model else evaluate_checkpoint(args)
+    results.update(subset=args.subset, data_dir=args.data_dir)
+    print(format_report(results, what_lines))
     if args.json:
         json_file.write_atomically(args.json, results)
 
