@@ -110,3 +110,47 @@ def test_an_export_dir_without_exports_is_a_one_line_error(tmp_path, image_files
 def test_top_k_beyond_the_ten_classes_is_a_usage_error(tmp_path, image_files):
     result = run_module(MODULE, ["--export-dir", tmp_path, "--top-k", "11"] + image_files)
     assert_one_line_error(result, 2, "--top-k must be between 1 and 10")
+
+
+@slow
+@pytest.mark.parametrize("to", ["tflite", "onnx"])
+def test_a_float_model_file_ranks_as_the_export_does(trained_job, converted_models, to,
+                                                     image_files):
+    result = run_module(MODULE, ["--model", converted_models[to].path, "--top-k", "3"]
+                        + image_files)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = parse_lines(result.stdout)
+    assert len(rows) == 3 * len(image_files)
+    export_dir = trained_job.exports("best")[-1]
+    for index, path in enumerate(image_files):
+        image_rows = rows[3 * index:3 * index + 3]
+        assert {row[0] for row in image_rows} == {str(path)}
+        expected = expected_ranking(export_dir, path, trained_job)[:3]
+        assert [name for _, name, _ in image_rows] == [name for name, _ in expected]
+        np.testing.assert_allclose([p for _, _, p in image_rows], [p for _, p in expected],
+                                   atol=2e-6)
+
+
+@slow
+def test_an_int8_model_file_answers_with_a_probability_per_image(converted_models,
+                                                                 image_files):
+    result = run_module(MODULE, ["--model", converted_models["tflite-int8"].path]
+                        + image_files)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = parse_lines(result.stdout)
+    assert [path for path, _, _ in rows] == [str(path) for path in image_files]
+    assert all(name in cifar10.CLASS_NAMES and 0 < probability <= 1
+               for _, name, probability in rows)
+
+
+@slow
+def test_a_missing_model_file_is_a_one_line_error(tmp_path, image_files):
+    path = tmp_path / "model.onnx"
+    result = run_module(MODULE, ["--model", path] + image_files)
+    assert_one_line_error(result, 1, "model file %s does not exist" % path)
+
+
+def test_an_export_dir_and_a_model_file_together_are_a_usage_error(tmp_path, image_files):
+    result = run_module(MODULE, ["--model", tmp_path / "model.onnx", "--export-dir", tmp_path]
+                        + image_files)
+    assert_one_line_error(result, 2, "not allowed with argument")

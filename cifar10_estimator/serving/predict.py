@@ -1,13 +1,15 @@
-"""Classify image files with an exported model.
+"""Classify image files with an exported model, or a model file converted from one.
 
     python -m cifar10_estimator.serving.predict --export-dir JOB IMAGE [IMAGE ...]
+    python -m cifar10_estimator.serving.predict --model FILE.tflite|FILE.onnx IMAGE [IMAGE ...]
 
 Prints one line per image and class: path, class name and probability, separated by
 tabs; with --top-k K each image gets K lines, most probable class first. Images may be
-PNG, JPEG, GIF or BMP files of any size: the export's image_bytes signature decodes
-them to RGB and resizes them to 32x32 (export.resize_to_cifar). An image that cannot
-be read or decoded gets one line on stderr, the others are still answered, and the
-exit status is then 1.
+PNG, JPEG, GIF or BMP files of any size, decoded to RGB and resized to 32x32
+(export.resize_to_cifar): by the export's image_bytes signature, or for --model by
+TensorFlow before the file's runtime (runtimes.py) classifies the pixels. An image
+that cannot be read or decoded gets one line on stderr, the others are still
+answered, and the exit status is then 1.
 """
 
 import argparse
@@ -23,13 +25,18 @@ from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 def build_parser():
     parser = ArgumentParser(
-        description="Classify PNG/JPEG images with a SavedModel exported by training. "
-                    "Prints PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
+        description="Classify PNG/JPEG images with a SavedModel exported by training, or "
+                    "a .tflite or .onnx file converted from one. Prints "
+                    "PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--export-dir", required=True,
-                        help="An export (JOB/export/best/<timestamp>), a directory of "
-                             "timestamped exports (its newest), or a job dir (the newest "
-                             "export under export/best, else export/latest).")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--export-dir",
+                       help="An export (JOB/export/best/<timestamp>), a directory of "
+                            "timestamped exports (its newest), or a job dir (the newest "
+                            "export under export/best, else export/latest).")
+    model.add_argument("--model", metavar="FILE",
+                       help="A .tflite or .onnx file written by "
+                            "cifar10_estimator.serving.convert, run by its runtime.")
     parser.add_argument("--top-k", type=int, default=1, metavar="K",
                         help="Print the K most probable classes of each image, one line "
                              "each, most probable first.")
@@ -46,19 +53,30 @@ def load_image_bytes_signature(export_dir):
     Raises:
       Cifar10EstimatorError: no loadable export there, or one without the signature.
     """
-    import tensorflow as tf
-    from cifar10_estimator.serving import export
-    path = export.resolve_export_dir(export_dir)
-    try:
-        model = tf.saved_model.load(path)
-    except (OSError, ValueError, tf.errors.OpError) as error:
-        raise Cifar10EstimatorError("cannot load the SavedModel in %s (%s)"
-                                    % (path, first_line(error)))
+    from cifar10_estimator.serving import export, runtimes
+    path, model = runtimes.load_saved_model(export_dir)
     if export.IMAGE_BYTES_SIGNATURE not in model.signatures:
         raise Cifar10EstimatorError(
             "the SavedModel in %s has no %r signature; export it with "
             "cifar10_estimator.main" % (path, export.IMAGE_BYTES_SIGNATURE))
     return path, model.signatures[export.IMAGE_BYTES_SIGNATURE]
+
+
+def image_bytes_classifier(export_dir):
+    """classify(encoded image) -> probabilities [10], by the export's image_bytes signature."""
+    import tensorflow as tf
+    _, signature = load_image_bytes_signature(export_dir)
+    return lambda encoded: signature(image_bytes=tf.constant([encoded]))[
+        "probabilities"].numpy()[0]
+
+
+def model_file_classifier(path):
+    """classify(encoded image) -> probabilities [10], decoded and resized by TensorFlow as
+    the image_bytes signature does, then classified by the runtime of `path`."""
+    from cifar10_estimator.serving import export, runtimes
+    model = runtimes.load(path)
+    return lambda encoded: model.predict(
+        export.decode_and_resize(encoded).numpy()[np.newaxis])["probabilities"][0]
 
 
 def top_classes(probabilities, k):
@@ -71,8 +89,8 @@ def top_classes(probabilities, k):
             for index in order]
 
 
-def classify_file(signature, path):
-    """Probabilities [10] of the image file at `path`.
+def read_image_file(path):
+    """The bytes of the image file at `path`, once TensorFlow has shown it decodes them.
 
     Raises:
       Cifar10EstimatorError: the file cannot be read or is not an image TensorFlow decodes.
@@ -86,14 +104,13 @@ def classify_file(signature, path):
     except (OSError, tf.errors.OpError) as error:
         raise Cifar10EstimatorError("%s: cannot read it (%s)" % (path, first_line(error)))
     try:
-        # Decoded here first, as the signature will, so that only a bad image is blamed
+        # Decoded here first, as the classifier will, so that only a bad image is blamed
         # on the image (the signature's errors come as multi-line graph traces).
         tf.io.decode_image(encoded, channels=cifar10.DEPTH, expand_animations=False)
     except tf.errors.InvalidArgumentError:
         raise Cifar10EstimatorError(
             "%s: cannot decode it: not a PNG, JPEG, GIF or BMP image, or damaged" % path)
-    outputs = signature(image_bytes=tf.constant([encoded]))
-    return outputs["probabilities"].numpy()[0]
+    return encoded
 
 
 def main(argv):
@@ -104,11 +121,14 @@ def main(argv):
     # One C++ warning per undecodable image would drown the output.
     quiet_tensorflow_logs("2", "ERROR")
 
-    _, signature = load_image_bytes_signature(args.export_dir)
+    if args.model:
+        classify = model_file_classifier(args.model)
+    else:
+        classify = image_bytes_classifier(args.export_dir)
     num_failed = 0
     for path in args.images:
         try:
-            probabilities = classify_file(signature, path)
+            probabilities = classify(read_image_file(path))
         except Cifar10EstimatorError as error:
             print("%s: error: %s" % (invoked_program(), error), file=sys.stderr)
             num_failed += 1
