@@ -1,0 +1,252 @@
+"""A job's export in each runtime: test accuracy, agreement, size, latency and throughput.
+
+    python -m cifar10_estimator.benchmarks.runtimes --job-dir JOB --data-dir DATA \
+        [--work-dir DIR] [--rounds 3] [--json PATH]
+
+converts the job's export (the newest under export/best, see export.resolve_export_dir)
+with serving.convert to float TensorFlow Lite, int8 TensorFlow Lite (calibrated on the
+first images of the validation subset) and ONNX, then measures the SavedModel and each
+file, each run by its own runtime (serving.runtimes):
+  - accuracy on the test set (the eval subset), every image once in batches of 100, and
+    the share of images whose top-1 class is the SavedModel's;
+  - size: the file, or the files of the export directory;
+  - latency: the median time of a call on one image, over --latency-images calls;
+  - throughput: images/sec of --throughput-batches calls on 100 images each.
+Timings run in --rounds rounds with the runtimes in alternating order (A B C D, D C B A,
+...) after a few untimed calls each; a figure is the median over rounds, so load from
+other processes falls on every runtime alike. Prints the results as Markdown, with the
+command, the CPU, the date and how busy the machine was.
+"""
+
+import dataclasses
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from cifar10_estimator import cli
+
+BATCH_SIZE = 100
+WARMUP_CALLS = 5
+FORMATS = ("tflite", "tflite-int8", "onnx")
+FILE_NAMES = {"tflite": "model.tflite", "tflite-int8": "model-int8.tflite",
+              "onnx": "model.onnx"}
+
+
+@dataclasses.dataclass
+class RuntimeResult:
+    """What was measured of one model in its runtime."""
+
+    name: str
+    format: str
+    runtime: str
+    path: str
+    num_bytes: int
+    accuracy: float
+    num_agreeing: int
+    num_examples: int
+    latency_ms: list = dataclasses.field(default_factory=list)
+    images_per_sec: list = dataclasses.field(default_factory=list)
+
+    @property
+    def median_latency_ms(self):
+        return statistics.median(self.latency_ms)
+
+    @property
+    def median_images_per_sec(self):
+        return statistics.median(self.images_per_sec)
+
+
+def build_parser():
+    parser = cli.ArgumentParser(
+        description="Test accuracy, agreement with the SavedModel, size, latency and "
+                    "throughput of a job's export as a SavedModel, float and int8 "
+                    "TensorFlow Lite and ONNX files, each in its own runtime.")
+    parser.add_argument("--job-dir", required=True,
+                        help="a job dir (its newest export under export/best, else "
+                             "export/latest), or an export")
+    parser.add_argument("--data-dir", required=True,
+                        help="TFRecords of generate_tfrecords: the eval subset is the test "
+                             "set, validation images calibrate int8")
+    parser.add_argument("--work-dir", metavar="DIR",
+                        help="where the converted files are written and kept (default: a "
+                             "temporary directory, removed afterwards)")
+    parser.add_argument("--rounds", type=cli.positive_int, default=3,
+                        help="timing rounds (default 3)")
+    parser.add_argument("--latency-images", type=cli.positive_int, default=200,
+                        help="timed calls on one image per runtime and round (default 200)")
+    parser.add_argument("--throughput-batches", type=cli.positive_int, default=10,
+                        help="timed calls on %d images per runtime and round (default 10)"
+                        % BATCH_SIZE)
+    parser.add_argument("--calibration-images", type=cli.positive_int, metavar="N",
+                        help="validation images that calibrate int8 (default: convert's)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    return parser
+
+
+def directory_bytes(path):
+    """The total size of the files under directory `path`."""
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)
+
+
+def convert_all(export_dir, data_dir, work_dir, num_calibration_images, say):
+    """{format: Conversion} of the export to every one of FORMATS, written to work_dir."""
+    from cifar10_estimator.serving import convert
+
+    conversions = {}
+    for name in FORMATS:
+        say("converting to %s" % name)
+        conversions[name] = convert.convert(
+            export_dir, name, os.path.join(work_dir, FILE_NAMES[name]), data_dir,
+            num_calibration_images or convert.DEFAULT_CALIBRATION_IMAGES)
+        say(convert.format_conversion(conversions[name]))
+    return conversions
+
+
+def time_latency_ms(model, images, num_calls):
+    """Median milliseconds of model.predict on one image, over num_calls images."""
+    for index in range(WARMUP_CALLS):
+        model.predict(images[index:index + 1])
+    seconds = []
+    for index in range(num_calls):
+        image = images[index % len(images)][None]
+        start = time.perf_counter()
+        model.predict(image)
+        seconds.append(time.perf_counter() - start)
+    return 1000 * statistics.median(seconds)
+
+
+def time_images_per_sec(model, images, num_batches):
+    """Images/sec of model.predict on num_batches batches of BATCH_SIZE images."""
+    import numpy as np
+
+    # The first BATCH_SIZE images (cycled if there are fewer), in every call.
+    batch = np.resize(images, (BATCH_SIZE,) + images.shape[1:])
+    model.predict(batch)
+    start = time.perf_counter()
+    for _ in range(num_batches):
+        model.predict(batch)
+    return num_batches * BATCH_SIZE / (time.perf_counter() - start)
+
+
+def measure(job_dir, data_dir, work_dir, args, say=print):
+    """Convert, then measure every model; returns (results [RuntimeResult], facts dict)."""
+    import numpy as np
+
+    from cifar10_estimator import cifar10
+    from cifar10_estimator.benchmarks import machine
+    from cifar10_estimator.serving import runtimes
+
+    facts = {"machine": machine.describe_machine(), "load_average_start": machine.load_average()}
+    meter = machine.BackgroundCpuMeter()
+    saved_model = runtimes.SavedModelRunner(job_dir)
+    conversions = convert_all(saved_model.path, data_dir, work_dir, args.calibration_images, say)
+    images, labels = cifar10.Cifar10DataSet(data_dir, "eval",
+                                            use_distortion=False).read_all_examples()
+    models = [(saved_model, "SavedModel", directory_bytes(saved_model.path))] + [
+        (conversion.target.runner(conversion.path), name, conversion.num_bytes)
+        for name, conversion in conversions.items()]
+
+    results, reference = [], None
+    for model, name, num_bytes in models:
+        say("test accuracy of %s (%s)" % (name, model.runtime))
+        classes = runtimes.predict_in_batches(model, images, BATCH_SIZE)["classes"]
+        reference = classes if reference is None else reference
+        results.append(RuntimeResult(
+            name=name, format=model.format_name, runtime=model.runtime, path=model.path,
+            num_bytes=num_bytes, accuracy=float(np.mean(classes == labels)),
+            num_agreeing=int(np.sum(classes == reference)), num_examples=len(labels)))
+
+    for round_index in range(args.rounds):
+        order = list(range(len(models)))
+        if round_index % 2:
+            order.reverse()
+        for index in order:
+            model, result = models[index][0], results[index]
+            result.latency_ms.append(time_latency_ms(model, images, args.latency_images))
+            result.images_per_sec.append(
+                time_images_per_sec(model, images, args.throughput_batches))
+            say("round %d: %-11s %7.2f ms per image at batch 1, %7.0f images/sec at batch %d"
+                % (round_index + 1, result.name, result.latency_ms[-1],
+                   result.images_per_sec[-1], BATCH_SIZE))
+    facts.update(export_dir=saved_model.path, data_dir=data_dir,
+                 num_calibration_images=conversions["tflite-int8"].num_calibration_images,
+                 load_average_end=machine.load_average(),
+                 background_cpu_share=meter.share())
+    return results, facts
+
+
+def _size(num_bytes):
+    return "%.2f MB" % (num_bytes / 1e6)
+
+
+def markdown(results, facts, command, args):
+    """The results as Markdown: what ran where, then the table."""
+    from cifar10_estimator.benchmarks import machine
+
+    reference = results[0]
+    share = facts["background_cpu_share"]
+    lines = [
+        "- Command: `%s`" % command,
+        "- Export: %s; test set: the eval subset of %s, %d images; int8 calibrated on the "
+        "first %d validation images" % (facts["export_dir"], facts["data_dir"],
+                                         reference.num_examples,
+                                         facts["num_calibration_images"]),
+        "- Date: %s; CPU: %s, %d logical CPUs" % (
+            facts["machine"]["date"], machine.cpu_identity(facts["machine"]),
+            facts["machine"]["logical_cpus"]),
+        "- Timing: median of %d rounds, runtimes in alternating order; latency: median of "
+        "%d calls on one image; throughput: %d calls on %d images"
+        % (args.rounds, args.latency_images, args.throughput_batches, BATCH_SIZE),
+        "- Load average (1/5/15 min) at start %s, at end %s; other processes took %s of "
+        "the CPU time" % (facts["load_average_start"], facts["load_average_end"],
+                          "unknown" if share is None else "%.0f %%" % (100 * share)),
+        "",
+        "| Model | Runtime | Test accuracy | vs SavedModel | Top-1 agreement with the "
+        "SavedModel | Size | Latency, batch 1 | Throughput, batch %d |" % BATCH_SIZE,
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        lines.append("| %s | %s | %.2f %% | %+.2f points | %.2f %% (%d/%d) | %s | %.2f ms | "
+                     "%.0f images/s |" % (
+                         result.name, result.runtime, 100 * result.accuracy,
+                         100 * (result.accuracy - reference.accuracy),
+                         100.0 * result.num_agreeing / result.num_examples,
+                         result.num_agreeing, result.num_examples, _size(result.num_bytes),
+                         result.median_latency_ms, result.median_images_per_sec))
+    return "\n".join(lines)
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    cli.quiet_tensorflow_logs("2", "ERROR")
+    command = " ".join([cli.invoked_program()] + [shlex.quote(arg) for arg in argv])
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_runtimes_")
+    os.makedirs(work_dir, exist_ok=True)
+    try:
+        results, facts = measure(args.job_dir, args.data_dir, work_dir, args)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    print()
+    print(markdown(results, facts, command, args))
+    if args.json:
+        from cifar10_estimator import json_file
+        json_file.write_atomically(args.json, {
+            "command": command, **facts,
+            "results": [dict(dataclasses.asdict(result),
+                             median_latency_ms=result.median_latency_ms,
+                             median_images_per_sec=result.median_images_per_sec)
+                        for result in results]})
+
+
+def console_main():
+    sys.exit(cli.run_command(main))
+
+
+if __name__ == "__main__":
+    console_main()
