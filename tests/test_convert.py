@@ -188,3 +188,11 @@ def test_check_refuses_a_float_file_that_strays_from_the_saved_model():
     check = convert.check_model(strayed, saved_model, images, "random images", None)
     assert (check.num_images, check.num_agreeing) == (3, 3)
     assert check.max_probability_difference == pytest.approx(0.01, abs=1e-6)
+
+
+@slow
+@pytest.mark.parametrize("to", ["tflite", "onnx"])
+def test_a_file_runs_on_the_threads_it_is_given(converted_models, to):
+    assert runtimes.load(converted_models[to].path).runtime.endswith(
+        ", %s" % runtimes.threads_text(runtimes.cpu_threads()))
+    assert runtimes.load(converted_models[to].path, num_threads=1).runtime.endswith(", 1 thread")

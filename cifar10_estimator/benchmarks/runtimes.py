@@ -14,8 +14,11 @@ file, each run by its own runtime (serving.runtimes):
   - throughput: images/sec of --throughput-batches calls on 100 images each.
 Timings run in --rounds rounds with the runtimes in alternating order (A B C D, D C B A,
 ...) after a few untimed calls each; a figure is the median over rounds, so load from
-other processes falls on every runtime alike. Prints the results as Markdown, with the
-command, the CPU, the date and how busy the machine was.
+other processes falls on every runtime alike. Every runtime computes on --threads
+threads, by default as many as the CPUs this process may use; on a machine that other
+work keeps busy, fewer threads than CPUs measure the runtimes rather than the waits
+for a busy CPU (multi-threaded int8 kernels suffer most). Prints the results as
+Markdown, with the command, the CPU, the date and how busy the machine was.
 """
 
 import dataclasses
@@ -81,6 +84,9 @@ def build_parser():
     parser.add_argument("--throughput-batches", type=cli.positive_int, default=10,
                         help="timed calls on %d images per runtime and round (default 10)"
                         % BATCH_SIZE)
+    parser.add_argument("--threads", type=cli.positive_int, metavar="N",
+                        help="threads of every runtime (default: one per CPU this process "
+                             "may use)")
     parser.add_argument("--calibration-images", type=cli.positive_int, metavar="N",
                         help="validation images that calibrate int8 (default: convert's)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
@@ -133,23 +139,12 @@ def time_images_per_sec(model, images, num_batches):
     return num_batches * BATCH_SIZE / (time.perf_counter() - start)
 
 
-def measure(job_dir, data_dir, work_dir, args, say=print):
-    """Convert, then measure every model; returns (results [RuntimeResult], facts dict)."""
+def test_accuracies(models, images, labels, say):
+    """[RuntimeResult] of each (runner, name, size) of `models` on the test images; the
+    first model is the reference of the agreement."""
     import numpy as np
 
-    from cifar10_estimator import cifar10
-    from cifar10_estimator.benchmarks import machine
     from cifar10_estimator.serving import runtimes
-
-    facts = {"machine": machine.describe_machine(), "load_average_start": machine.load_average()}
-    meter = machine.BackgroundCpuMeter()
-    saved_model = runtimes.SavedModelRunner(job_dir)
-    conversions = convert_all(saved_model.path, data_dir, work_dir, args.calibration_images, say)
-    images, labels = cifar10.Cifar10DataSet(data_dir, "eval",
-                                            use_distortion=False).read_all_examples()
-    models = [(saved_model, "SavedModel", directory_bytes(saved_model.path))] + [
-        (conversion.target.runner(conversion.path), name, conversion.num_bytes)
-        for name, conversion in conversions.items()]
 
     results, reference = [], None
     for model, name, num_bytes in models:
@@ -160,7 +155,11 @@ def measure(job_dir, data_dir, work_dir, args, say=print):
             name=name, format=model.format_name, runtime=model.runtime, path=model.path,
             num_bytes=num_bytes, accuracy=float(np.mean(classes == labels)),
             num_agreeing=int(np.sum(classes == reference)), num_examples=len(labels)))
+    return results
 
+
+def time_in_rounds(models, results, images, args, say):
+    """Append each round's latency and throughput of models[i] to results[i]."""
     for round_index in range(args.rounds):
         order = list(range(len(models)))
         if round_index % 2:
@@ -173,6 +172,35 @@ def measure(job_dir, data_dir, work_dir, args, say=print):
             say("round %d: %-11s %7.2f ms per image at batch 1, %7.0f images/sec at batch %d"
                 % (round_index + 1, result.name, result.latency_ms[-1],
                    result.images_per_sec[-1], BATCH_SIZE))
+
+
+def measure(job_dir, data_dir, work_dir, args, say=print):
+    """Convert, then measure every model; returns (results [RuntimeResult], facts dict)."""
+    import tensorflow as tf
+
+    from cifar10_estimator import cifar10
+    from cifar10_estimator.benchmarks import machine
+    from cifar10_estimator.serving import runtimes
+
+    num_threads = args.threads or runtimes.cpu_threads()
+    if args.threads:
+        # TensorFlow's thread pools are the process's, fixed before it first runs anything
+        # (by default one thread per CPU).
+        tf.config.threading.set_intra_op_parallelism_threads(num_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(num_threads)
+    facts = {"machine": machine.describe_machine(), "num_threads": num_threads,
+             "load_average_start": machine.load_average()}
+    meter = machine.BackgroundCpuMeter()
+    saved_model = runtimes.SavedModelRunner(job_dir)
+    conversions = convert_all(saved_model.path, data_dir, work_dir, args.calibration_images, say)
+    images, labels = cifar10.Cifar10DataSet(data_dir, "eval",
+                                            use_distortion=False).read_all_examples()
+    models = [(saved_model, "SavedModel", directory_bytes(saved_model.path))] + [
+        (runtimes.load(conversion.path, num_threads), name, conversion.num_bytes)
+        for name, conversion in conversions.items()]
+
+    results = test_accuracies(models, images, labels, say)
+    time_in_rounds(models, results, images, args, say)
     facts.update(export_dir=saved_model.path, data_dir=data_dir,
                  num_calibration_images=conversions["tflite-int8"].num_calibration_images,
                  load_average_end=machine.load_average(),
@@ -187,6 +215,7 @@ def _size(num_bytes):
 def markdown(results, facts, command, args):
     """The results as Markdown: what ran where, then the table."""
     from cifar10_estimator.benchmarks import machine
+    from cifar10_estimator.serving import runtimes
 
     reference = results[0]
     share = facts["background_cpu_share"]
@@ -199,9 +228,10 @@ def markdown(results, facts, command, args):
         "- Date: %s; CPU: %s, %d logical CPUs" % (
             facts["machine"]["date"], machine.cpu_identity(facts["machine"]),
             facts["machine"]["logical_cpus"]),
-        "- Timing: median of %d rounds, runtimes in alternating order; latency: median of "
-        "%d calls on one image; throughput: %d calls on %d images"
-        % (args.rounds, args.latency_images, args.throughput_batches, BATCH_SIZE),
+        "- Timing: %s per runtime; median of %d rounds, runtimes in alternating order; "
+        "latency: median of %d calls on one image; throughput: %d calls on %d images"
+        % (runtimes.threads_text(facts["num_threads"]), args.rounds, args.latency_images, args.throughput_batches,
+           BATCH_SIZE),
         "- Load average (1/5/15 min) at start %s, at end %s; other processes took %s of "
         "the CPU time" % (facts["load_average_start"], facts["load_average_end"],
                           "unknown" if share is None else "%.0f %%" % (100 * share)),

@@ -6,7 +6,9 @@
 
 Every kind runs the export's serving_default signature (export.py), or the file that
 convert.py made of it, whose input and outputs are the same. Each runtime computes on
-every CPU this process may use: TensorFlow by default, the others told so (`cpu_threads`).
+every CPU this process may use (`cpu_threads`) unless told otherwise: the files' runtimes
+per model (num_threads), TensorFlow for the whole process (tf.config.threading, set
+before TensorFlow first runs anything).
 """
 
 import os
@@ -29,6 +31,11 @@ def cpu_threads():
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def threads_text(num_threads):
+    """'1 thread', '2 threads', ...: how a runtime computes, for reports."""
+    return "%d thread%s" % (num_threads, "" if num_threads == 1 else "s")
 
 
 def import_onnxruntime():
@@ -77,7 +84,8 @@ class SavedModelRunner:
                 "cifar10_estimator.main" % (self.path, export.SERVING_SIGNATURE))
         self._model = model  # the signature needs its SavedModel alive
         self._signature = model.signatures[export.SERVING_SIGNATURE]
-        self.runtime = "TensorFlow %s" % tf.__version__
+        self.runtime = "TensorFlow %s, %s" % (tf.__version__, threads_text(
+            tf.config.threading.get_intra_op_parallelism_threads() or cpu_threads()))
 
     def predict(self, images):
         import tensorflow as tf
@@ -104,8 +112,8 @@ class TFLiteRunner:
                 "cifar10_estimator.serving.convert" % (path, first_line(error)))
         _check_signature(path, self._runner.get_input_details(),
                          self._runner.get_output_details())
-        self.runtime = "TensorFlow Lite interpreter %s, %d threads" % (tf.__version__,
-                                                                       num_threads)
+        self.runtime = "TensorFlow Lite interpreter %s, %s" % (tf.__version__,
+                                                               threads_text(num_threads))
 
     def predict(self, images):
         outputs = self._runner(**{IMAGES_KEY: np.asarray(images, np.uint8)})
@@ -134,7 +142,8 @@ class OnnxRunner:
                 "cifar10_estimator.serving.convert" % (path, first_line(error)))
         _check_signature(path, {item.name: item for item in self._session.get_inputs()},
                          {item.name: item for item in self._session.get_outputs()})
-        self.runtime = "ONNX Runtime %s, %d threads" % (onnxruntime.__version__, num_threads)
+        self.runtime = "ONNX Runtime %s, %s" % (onnxruntime.__version__,
+                                                threads_text(num_threads))
 
     def predict(self, images):
         outputs = self._session.run(list(OUTPUT_KEYS),
@@ -155,8 +164,12 @@ def _check_signature(path, inputs, outputs):
             "cifar10_estimator.serving.convert" % (path, ", ".join(missing)))
 
 
-def load(path):
+def load(path, num_threads=None):
     """The runner of `path`: a .tflite or .onnx file, else an export (export.resolve_export_dir).
+
+    Args:
+      path: the file, or the export as export.resolve_export_dir takes it.
+      num_threads: threads of a file's runtime; None: cpu_threads().
 
     Raises:
       Cifar10EstimatorError: nothing loadable there, or its runtime is not installed.
@@ -167,7 +180,7 @@ def load(path):
             raise Cifar10EstimatorError(
                 "model file %s does not exist; write it with "
                 "cifar10_estimator.serving.convert" % path)
-        return FILE_RUNNERS[suffix](path)
+        return FILE_RUNNERS[suffix](path, num_threads)
     if os.path.isfile(path):
         raise Cifar10EstimatorError(
             "%s is neither a %s nor an %s file, nor an export directory"
