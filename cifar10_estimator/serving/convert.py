@@ -5,8 +5,10 @@
 
 Only the export's serving_default signature is converted (uint8 images [N, 32, 32, 3] in;
 classes, class_names and probabilities out, see export.py). Its image_bytes signature
-decodes with DecodeImage, an op neither TensorFlow Lite's builtins nor ONNX have: tf2onnx
-still writes a file of it, one that ONNX Runtime refuses to load.
+decodes (DecodeImage) and resizes (ScaleAndTranslate) with ops that neither TensorFlow
+Lite's builtins nor ONNX have: the TensorFlow Lite converter fails on it, and tf2onnx
+(told --use_default to get past its images placeholder) exits 0 having written a file
+that ONNX Runtime refuses to load.
   tflite       float32; the SavedModel's numbers up to rounding.
   tflite-int8  weights and activations quantized to int8 (full-integer quantization), their
                ranges calibrated on the first --calibration-images images of the
