@@ -30,6 +30,8 @@ class HParams:
     learning-rate schedule counts epochs in examples_per_global_step.
     """
 
+    # The --recipe the other values started from (training.recipes), before explicit flags.
+    recipe: str = "tutorial"
     num_layers: int = 44
     # Factor of the sum of tf.nn.l2_loss (half the squared norm) of the decayed variables
     # added to the loss, so its gradient adds weight_decay * w: the same convention as
