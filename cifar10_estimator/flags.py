@@ -155,6 +155,14 @@ def build_parser():
            default=DEFAULTS.label_smoothing, metavar="F",
            help="Train towards 1 - F on the label and F spread evenly over the 10 classes. "
                 "The evaluation loss stays plain cross entropy.")
+    hparam(model, "--zero-init-residual", action="store_true",
+           help="Start the scale (gamma) of each residual unit's last batch norm at 0, so "
+                "every unit starts as the identity (Goyal et al. 2017); the original starts "
+                "it at 1.")
+    hparam(model, "--shift-learning-rate-factor", type=positive_float,
+           default=DEFAULTS.shift_learning_rate_factor, metavar="F",
+           help="Batch norm's shift (beta) variables learn at F times the learning rate (F x "
+                "their gradient, weight decay included).")
     hparam(model, "--learning-rate", type=positive_float, default=DEFAULTS.learning_rate,
            help="Initial learning rate; x%s from epochs %s (with --train-epochs: see "
                 "--learning-rate-drops)." % (

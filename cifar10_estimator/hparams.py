@@ -77,6 +77,10 @@ class HParams:
     # Evaluation, prediction and exports also average over the images shifted by this
     # many pixels right, left, down and up (0: none); with eval_flips, their mirrors too.
     eval_shifts: int = 0
+    # The scale of each residual unit's last batch norm starts at 0 (Goyal et al. 2017).
+    zero_init_residual: bool = False
+    # Batch norm's shift (beta) variables learn at this multiple of the learning rate.
+    shift_learning_rate_factor: float = 1.0
     # Graph-level random seed of the run (weights' initial values, the training data's
     # order and augmentation), None: a new draw every run, as the original.
     seed: typing.Optional[int] = None
