@@ -13,6 +13,7 @@ import argparse
 from cifar10_estimator import cifar10
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.training import precision
+from cifar10_estimator.training import recipes
 from cifar10_estimator import report
 from cifar10_estimator.training import schedule
 from cifar10_estimator.data import tfrecord_format
@@ -46,6 +47,11 @@ def build_parser():
                     "one tower per GPU (or per logical CPU device), gradients averaged.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     hparam = _HParamFlags(parser).add
+    hparam(parser, "--recipe", choices=sorted(recipes.RECIPES), default=DEFAULTS.recipe,
+           help="A named set of the flags below; flags given on the command line override "
+                "it. %s" % "; ".join("%s: %s" % (name, recipes.as_flags(name) or
+                                               "the tutorial's defaults")
+                                     for name in recipes.RECIPES))
     data = parser.add_argument_group("data and output")
     data.add_argument("--data-dir", help="Directory with train/eval TFRecords written by "
                       "python -m cifar10_estimator.generate_tfrecords. "
@@ -149,6 +155,14 @@ def build_parser():
            default=DEFAULTS.label_smoothing, metavar="F",
            help="Train towards 1 - F on the label and F spread evenly over the 10 classes. "
                 "The evaluation loss stays plain cross entropy.")
+    hparam(model, "--zero-init-residual", action="store_true",
+           help="Start the scale (gamma) of each residual unit's last batch norm at 0, so "
+                "every unit starts as the identity (Goyal et al. 2017); the original starts "
+                "it at 1.")
+    hparam(model, "--shift-learning-rate-factor", type=positive_float,
+           default=DEFAULTS.shift_learning_rate_factor, metavar="F",
+           help="Batch norm's shift (beta) variables learn at F times the learning rate (F x "
+                "their gradient, weight decay included).")
     hparam(model, "--learning-rate", type=positive_float, default=DEFAULTS.learning_rate,
            help="Initial learning rate; x%s from epochs %s (with --train-epochs: see "
                 "--learning-rate-drops)." % (
@@ -336,6 +350,35 @@ def hparams_of(parser, args, task=None):
 
 
 def parse(argv):
-    """(parser, args) of the trainer's command line; exits 2 on a malformed flag."""
+    """(parser, args) of the trainer's command line, --recipe applied; a malformed flag
+    raises UsageError."""
     parser = build_parser()
-    return parser, parser.parse_args(argv)
+    given = parser.parse_args(argv)
+    return parser, with_recipe(parser, given, _given_destinations(argv))
+
+
+def with_recipe(parser, args, given_destinations):
+    """A copy of args with the values of its --recipe where the user gave no flag.
+
+    A recipe's value also yields to a flag the user gave that excludes it (the recipe's
+    --train-epochs to a given --train-steps).
+    """
+    excluded = set(given_destinations)
+    for group in parser._mutually_exclusive_groups:
+        group_destinations = {action.dest for action in group._group_actions}
+        if group_destinations & excluded:
+            excluded |= group_destinations
+    values = vars(args).copy()
+    values.update((destination, value)
+                  for destination, value in recipes.RECIPES[args.recipe].items()
+                  if destination not in excluded)
+    return argparse.Namespace(**values)
+
+
+def _given_destinations(argv):
+    """The destinations of the flags present on the command line."""
+    probe = build_parser()
+    for action in probe._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return set(vars(probe.parse_args(argv)))

@@ -30,6 +30,8 @@ class HParams:
     learning-rate schedule counts epochs in examples_per_global_step.
     """
 
+    # The --recipe the other values started from (training.recipes), before explicit flags.
+    recipe: str = "tutorial"
     num_layers: int = 44
     # Factor of the sum of tf.nn.l2_loss (half the squared norm) of the decayed variables
     # added to the loss, so its gradient adds weight_decay * w: the same convention as
@@ -75,6 +77,10 @@ class HParams:
     # Evaluation, prediction and exports also average over the images shifted by this
     # many pixels right, left, down and up (0: none); with eval_flips, their mirrors too.
     eval_shifts: int = 0
+    # The scale of each residual unit's last batch norm starts at 0 (Goyal et al. 2017).
+    zero_init_residual: bool = False
+    # Batch norm's shift (beta) variables learn at this multiple of the learning rate.
+    shift_learning_rate_factor: float = 1.0
     # Graph-level random seed of the run (weights' initial values, the training data's
     # order and augmentation), None: a new draw every run, as the original.
     seed: typing.Optional[int] = None

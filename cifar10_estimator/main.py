@@ -205,7 +205,7 @@ def log_precision_speed(precision_policy, num_gpus):
 def log_schedule(hparams):
     """Log the run's length and learning rate once; warn if the rate never drops."""
     import tensorflow as tf
-    tf.compat.v1.logging.info(schedule.describe(hparams))
+    tf.compat.v1.logging.info("Recipe %s. %s", hparams.recipe, schedule.describe(hparams))
     warning = schedule.never_drops_warning(hparams)
     if warning:
         tf.compat.v1.logging.warning(warning)

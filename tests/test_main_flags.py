@@ -1,6 +1,7 @@
 """Flag validation of the trainer: every user error is one line and a non-zero exit."""
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -242,3 +243,50 @@ def test_the_flags_module_loads_no_tensorflow():
                             universal_newlines=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_a_recipe_sets_its_values_and_the_flags_given_override_them():
+    parser, args = flags.parse(["--job-dir", "j", "--recipe", "budget", "--num-layers", "8",
+                                "--label-smoothing", "0.2"])
+    assert (args.recipe, args.num_layers, args.label_smoothing) == ("budget", 8, 0.2)
+    assert (args.train_epochs, args.train_batch_size, args.eval_batch_size, args.precision,
+            args.nesterov, args.eval_flips, args.eval_shifts) == (30, 64, 500, "auto", True,
+                                                                 True, 1)
+    hparams = flags.hparams_of(parser, args)
+    assert (hparams.recipe, hparams.learning_rate_schedule, hparams.weight_decay,
+            hparams.weight_decay_scope, hparams.moving_average_decay) == (
+        "budget", "cosine", 5e-4, "kernels", 0.999)
+
+
+@pytest.mark.parametrize("recipe, given, expected_steps", [
+    ("budget", ["--train-steps", "500"], 500),
+    ("paper", ["--train-epochs", "2"], 2 * (40000 // 128)),
+    ("paper", [], 64000),
+])
+def test_a_run_length_given_replaces_the_recipes_whichever_form_it_takes(
+        recipe, given, expected_steps):
+    parser, args = flags.parse(["--job-dir", "j", "--recipe", recipe] + given)
+    assert schedule.last_step(flags.hparams_of(parser, args)) == expected_steps
+
+
+def test_without_a_recipe_the_trainer_is_the_tutorials_and_says_so_in_hparams():
+    parser, args = flags.parse(["--job-dir", "j"])
+    assert flags.hparams_of(parser, args) == dataclasses.replace(
+        job_hparams.DEFAULTS, data_format="channels_first")
+    assert job_hparams.DEFAULTS.recipe == "tutorial"
+
+
+def test_an_unknown_recipe_is_one_line_naming_the_known_ones(base_args):
+    result = run_trainer(*(base_args + ["--recipe", "fast"]))
+    assert_one_line_error(result, 2, "--recipe", "budget", "paper", "tutorial")
+
+
+@pytest.mark.slow
+def test_the_plan_line_and_hparams_json_name_the_recipe(base_args, tmp_path):
+    result = run_trainer(*(base_args + ["--recipe", "paper", "--train-steps", "2",
+                                        "--eval-batch-size", "8"]))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Recipe paper. Training to step 2 " in result.stderr
+    saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
+    assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
+            saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 2)
