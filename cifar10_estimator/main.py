@@ -128,9 +128,9 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
 def train_and_evaluate(args, hparams, task=None):
     """Build the Estimator from validated flags and run tf.estimator.train_and_evaluate.
 
-    An evaluator task runs evaluation.evaluate_until_final instead, which evaluates the
-    final checkpoint as soon as it is written; where this process ran the final
-    evaluation, it then evaluates that checkpoint once on the test set.
+    An evaluator task runs checkpoint_evaluation.evaluate_until_final instead, which
+    evaluates the final checkpoint as soon as it is written; where this process ran the
+    final evaluation, it then evaluates that checkpoint once on the test set.
 
     Args:
       args: the validated flags.
@@ -168,8 +168,8 @@ def train_and_evaluate(args, hparams, task=None):
         saving_listeners=[run_progress.ProgressCheckpointListener(progress)])
     eval_spec = make_eval_spec(args, layout.num_towers)
     if task and task.task_type == cluster.EVALUATOR:
-        from cifar10_estimator import evaluation
-        metrics = evaluation.evaluate_until_final(estimator, eval_spec, last_step)
+        from cifar10_estimator import checkpoint_evaluation
+        metrics = checkpoint_evaluation.evaluate_until_final(estimator, eval_spec, last_step)
     else:
         result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
         metrics = result[0] if result else None
@@ -272,13 +272,13 @@ def evaluate_and_export_latest(estimator, eval_spec):
       The metrics (dict), or None where there is no checkpoint.
     """
     import tensorflow as tf
-    from cifar10_estimator import evaluation
+    from cifar10_estimator import checkpoint_evaluation
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:
         return None
     tf.compat.v1.logging.info("Evaluating %s, the final checkpoint", checkpoint)
-    return evaluation.evaluate_and_export(estimator, eval_spec, checkpoint,
-                                         is_the_final_export=True)
+    return checkpoint_evaluation.evaluate_and_export(estimator, eval_spec, checkpoint,
+                                                    is_the_final_export=True)
 
 
 def _exit_with_error(message):
