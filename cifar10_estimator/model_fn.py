@@ -183,9 +183,10 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
 def make_resnet_tower_fn(hparams, precision_policy):
     """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet.
 
-    The loss is the mean cross entropy of the shard plus weight decay over all
-    trainable variables, as in the tutorial; the probabilities [N, 10] are those the
-    predictions come from (see _inference for evaluation).
+    The loss is the mean cross entropy of the shard plus weight decay over the trainable
+    variables --weight-decay-scope names (decayed_variables; all of them, as in the
+    tutorial, by default); the probabilities [N, 10] are those the predictions come from
+    (see _inference for evaluation).
     """
     def tower_fn(images, labels, is_training):
         if is_training:
@@ -293,7 +294,8 @@ def _predictions(probabilities):
 
     Args:
       probabilities: class probabilities [N, 10] (_class_probabilities, or with
-        --eval-flips their mean over each image and its mirror, see _inference).
+        --eval-flips and --eval-shifts their mean over each image's views, see
+        _inference).
 
     Returns:
       dict with classes (int64 [N], the most probable), class_names (string [N], from

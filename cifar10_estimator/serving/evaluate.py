@@ -6,7 +6,8 @@ The network is rebuilt from job-dir/hparams.json (written by training) and resto
 from the latest checkpoint of the job dir, or --checkpoint. Predictions are those of
 the exported model (argmax over the 10 real classes, see model_fn._predictions): with
 the weights' moving averages if training kept them (--moving-average-decay), and
-averaged over each image and its mirror if it evaluated so (--eval-flips).
+averaged over each image's mirror and shifted views if it evaluated so (--eval-flips,
+--eval-shifts).
 """
 
 import argparse
