@@ -8,6 +8,7 @@ import typing
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
+from cifar10_estimator.cli import flag_of
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import schedule
 
@@ -169,9 +170,9 @@ def _used_values(hparams):
 
 def _as_flag(name, value):
     """How a field's value reads on the trainer's command line, e.g. '--nesterov'."""
-    if name in job_hparams.HParams.DERIVED_FIELDS:
+    if name in job_hparams.DERIVED_FIELDS:
         return "%s %s" % (name.replace("_", " "), value)
-    flag = "--" + name.replace("_", "-")
+    flag = flag_of(name)
     if value is True:
         return flag
     if value is False or value is None:

@@ -1,10 +1,13 @@
 """Named recipes: each a name and the trainer flag values it sets (`--recipe NAME`).
 
-A recipe is data: a dict of the trainer parser's destinations and values, written once
-here. `flags.parse` applies the one named by `--recipe` under the flags the user gave,
-so an explicit flag always wins; hparams.json records the name with the resolved values.
+A recipe is data: a dict of trainer options (fields of hparams.HParams and
+flags.Settings, tests/test_main_flags.py checks) and their values, written once here.
+`flags.parse` applies the one named by `--recipe` under the flags the user gave, so an
+explicit flag always wins; hparams.json records the name with the resolved values.
 Measured accuracies of each recipe are in the manual (docs/accuracy.md).
 """
+
+from cifar10_estimator.cli import flag_of
 
 # Without --recipe the trainer follows "tutorial" (hparams.HParams.recipe).
 RECIPES = {
@@ -42,7 +45,7 @@ def as_flags(recipe):
     """The command-line flags a recipe stands for, e.g. '--num-layers 20 --nesterov'."""
     words = []
     for destination, value in RECIPES[recipe].items():
-        flag = "--" + destination.replace("_", "-")
+        flag = flag_of(destination)
         if value is True:
             words.append(flag)
         else:
