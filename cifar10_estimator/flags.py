@@ -4,8 +4,9 @@
 
 Each option is declared once, as a field (cli.option) with its default, type or check,
 help and --help group: the hyper-parameters in hparams.HParams (recorded in
-hparams.json), the other options of a run in Settings below. The parser and the recipes
-read those declarations. Flags keep the original tutorial's names and defaults.
+hparams.json), the other options of a run in Settings below. The parser, the recipes
+and the manual's flag table (`python -m cifar10_estimator.flags --markdown`) all read
+those declarations. Flags keep the original tutorial's names and defaults.
 
 The trainer (main) and the local cluster launcher both parse and check with this
 module, which imports no TensorFlow: the checks that need it (the GPUs, oneDNN, the
@@ -14,6 +15,7 @@ depth) load it themselves, so a malformed flag fails at once.
 
 import argparse
 import dataclasses
+import sys
 import typing
 
 from cifar10_estimator import cifar10
@@ -326,3 +328,59 @@ def eval_steps(settings, subset):
     if settings.use_synthetic_data:
         return 1
     return tfrecord_format.num_examples(subset, settings.data_dir) // settings.eval_batch_size
+
+
+def markdown_table():
+    """The manual's flag table (docs/training.md): each flag with its default and its help,
+    a table per --help group, in --help's order."""
+    fields = _fields_in_help_order()
+    lines = []
+    for title, description in ((None, None),) + GROUPS:
+        if title:
+            lines += ["", "**%s**%s" % (title.capitalize(),
+                                        ": " + description if description else "")]
+        lines += ["", "| flag | default | meaning |", "|---|---|---|"]
+        lines += ["| `%s` | %s | %s |" % tuple(
+                      cell.replace("|", "\\|") for cell in (
+                          _flag_with_argument(field), _default_text(field),
+                          field.metadata["help"] % {}))
+                  for field in fields if field.metadata["group"] == title]
+    return "\n".join(lines[1:])
+
+
+def _flag_with_argument(field):
+    """The flag, with its choices or the name its help gives the value (--train-epochs E)."""
+    keywords = field.metadata["add_argument"]
+    if "choices" in keywords:
+        return "%s %s" % (cli.flag_of(field.name), "|".join(keywords["choices"]))
+    if "metavar" in keywords:
+        return "%s %s" % (cli.flag_of(field.name), keywords["metavar"])
+    return cli.flag_of(field.name)
+
+
+def _default_text(field):
+    keywords = field.metadata["add_argument"]
+    if keywords.get("required"):
+        return "required"
+    if keywords.get("action") == "store_true":
+        return "off"
+    if field.default is None:
+        return ""
+    if isinstance(field.default, bool):
+        return "true" if field.default else "false"
+    if isinstance(field.default, str):
+        return "`%s`" % field.default
+    return "%g" % field.default
+
+
+def main(argv):
+    parser = ArgumentParser(description="Print the trainer's flag table, generated from the "
+                                        "options' declarations, for docs/training.md.")
+    parser.add_argument("--markdown", action="store_true", required=True,
+                        help="Print it in Markdown.")
+    parser.parse_args(argv)
+    print(markdown_table())
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run_command(main))

@@ -5,9 +5,11 @@ code, continued over lines with a trailing backslash) must name a module that ex
 only flags that module's own parser declares; the trainer flags after `--` of the local
 cluster launcher and of scripts/setup_and_run.sh must be the trainer's. The default trainer
 command lines of setup_and_run.sh must be the trainer's flags too. Every relative link must
-name a file that exists and every #anchor a heading of that file.
+name a file that exists and every #anchor a heading of that file. The flag table of
+docs/training.md must be the one the options' declarations generate.
 """
 
+import difflib
 import functools
 import glob
 import importlib
@@ -33,6 +35,11 @@ PARSER_HOMES = {
     "cifar10_estimator.benchmarks": "cifar10_estimator.benchmarks.suite",
     "cifar10_estimator.curves": "cifar10_estimator.curves.plot",
 }
+# The manual's flag table, generated from the options' declarations (flags.markdown_table),
+# sits between these lines.
+FLAG_TABLE_PAGE = "docs/training.md"
+FLAG_TABLE_BEGIN = "<!-- The flag table: python -m cifar10_estimator.flags --markdown"
+FLAG_TABLE_END = "<!-- End of the flag table. -->"
 # Scripts the pages show that run a module's command line.
 SCRIPT_MODULES = {"scripts/launch_local_cluster.py": LOCAL_CLUSTER}
 # Commands whose flags after a bare `--` are passed on to the trainer.
@@ -286,11 +293,37 @@ def test_the_readme_shows_the_test_command_ci_runs():
     assert "bash scripts/test.sh" in readme_code
 
 
+def flag_table(page=FLAG_TABLE_PAGE):
+    """The lines between the flag table's markers on `page`."""
+    lines = read(page)
+    begin = next(index for index, line in enumerate(lines) if line.startswith(FLAG_TABLE_BEGIN))
+    end = lines.index(FLAG_TABLE_END, begin)
+    return lines[begin + 1:end]
+
+
+def test_the_flag_table_is_the_one_the_declarations_generate():
+    from cifar10_estimator import flags
+    shown, generated = flag_table(), flags.markdown_table().split("\n")
+    difference = "\n".join(difflib.unified_diff(shown, generated, FLAG_TABLE_PAGE, "generated",
+                                                lineterm=""))
+    assert shown == generated, (
+        "the flag table of %s is stale: replace the lines between its markers with the "
+        "output of `python -m cifar10_estimator.flags --markdown`\n%s"
+        % (FLAG_TABLE_PAGE, difference))
+
+
+def test_the_command_the_stale_table_names_prints_the_table():
+    from cli_helpers import run_module
+    result = run_module("cifar10_estimator.flags", ["--markdown"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip("\n").split("\n") == flag_table()
+
+
 def test_the_flag_table_lists_every_trainer_flag_and_no_other():
-    page = "docs/training.md"
+    page = FLAG_TABLE_PAGE
     trainer_flags = options_of(TRAINER) - {"-h", "--help"}
     rows = [(number, row.group(1)) for number, line in enumerate(read(page), 1)
-            for row in [re.match(r"\|\s*`(--[\w-]+)`\s*\|", line)] if row]
+            for row in [re.match(r"\|\s*`(--[\w-]+)[^`]*`\s*\|", line)] if row]
     listed = {flag for _, flag in rows}
     problems = ["%s:%d: the flag table lists %s, which the trainer does not take"
                 % (page, number, flag) for number, flag in rows if flag not in trainer_flags]
