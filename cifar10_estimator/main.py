@@ -4,9 +4,10 @@
 
 The run, top to bottom: flags (parsed and checked by `flags` before TensorFlow builds a
 graph; a user error ends with one line on stderr and exit status 2) -> the job dir, held
-by the process that writes its checkpoints -> HParams (saved to job-dir/hparams.json)
--> RunConfig -> tf.estimator.train_and_evaluate -> the one test evaluation and the
-closing report.
+by the process that writes its checkpoints -> the data files this process reads, each
+read once and checked (one line and exit status 1 when one is damaged) -> HParams (saved
+to job-dir/hparams.json) -> RunConfig -> tf.estimator.train_and_evaluate -> the one
+test evaluation and the closing report.
 """
 
 import contextlib
@@ -21,6 +22,7 @@ from cifar10_estimator import report
 from cifar10_estimator.training import schedule
 from cifar10_estimator.training import job_dir_lock
 from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
 
@@ -34,6 +36,11 @@ def main(argv):
     with stderr_dropped_on_user_error():
         flags.validate(args, task)
     with hold_job_dir(args.job_dir, task):
+        with stderr_dropped_on_user_error():
+            # Before any graph: the reader would fail only inside training, after the
+            # first checkpoint, or read a file cut short without a word.
+            for subset in flags.subsets_read(args, task):
+                tfrecord_format.check_tfrecords(args.data_dir, subset)
         if args.precision == precision.AUTO:
             args.precision = choose_precision(args.num_gpus, task)
         train_and_evaluate(args, flags.hparams_of(parser, args, task), task)
