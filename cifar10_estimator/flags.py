@@ -316,6 +316,19 @@ def periodic_eval_subset(args):
     return args.eval_subset
 
 
+def subsets_read(args, task=None):
+    """The TFRecord subsets this process reads: training's, if it trains, and the evaluated
+    ones, if it evaluates (alone, as a master, or as the evaluator task)."""
+    if args.use_synthetic_data:
+        return []
+    subsets = []
+    if task is None or task.is_trainer:
+        subsets.append("train")
+    if task is None or task.evaluates:
+        subsets += [periodic_eval_subset(args), "eval"]
+    return list(dict.fromkeys(subsets))
+
+
 def eval_steps(args, subset):
     """Steps that evaluate each example of `subset` once (one batch with synthetic data)."""
     if args.use_synthetic_data:

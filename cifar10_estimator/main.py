@@ -3,11 +3,14 @@
     python -m cifar10_estimator.main --data-dir DATA --job-dir JOB --num-gpus 0
 
 The run, top to bottom: flags (parsed and checked by `flags` before TensorFlow builds a
-graph; a user error ends with one line on stderr and exit status 2) -> HParams (saved
+graph; a user error ends with one line on stderr and exit status 2) -> the job dir, held
+by the process that writes its checkpoints -> the data files this process reads, each
+read once and checked (one line and exit status 1 when one is damaged) -> HParams (saved
 to job-dir/hparams.json) -> RunConfig -> tf.estimator.train_and_evaluate -> the one
 test evaluation and the closing report.
 """
 
+import contextlib
 import os
 import random
 import sys
@@ -17,7 +20,9 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.training import precision
 from cifar10_estimator import report
 from cifar10_estimator.training import schedule
+from cifar10_estimator.training import job_dir_lock
 from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
 
@@ -30,9 +35,26 @@ def main(argv):
     task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
     with stderr_dropped_on_user_error():
         flags.validate(args, task)
-    if args.precision == precision.AUTO:
-        args.precision = choose_precision(args.num_gpus, task)
-    train_and_evaluate(args, flags.hparams_of(parser, args, task), task)
+    with hold_job_dir(args.job_dir, task):
+        with stderr_dropped_on_user_error():
+            # Before any graph: the reader would fail only inside training, after the
+            # first checkpoint, or read a file cut short without a word.
+            for subset in flags.subsets_read(args, task):
+                tfrecord_format.check_tfrecords(args.data_dir, subset)
+        if args.precision == precision.AUTO:
+            args.precision = choose_precision(args.num_gpus, task)
+        train_and_evaluate(args, flags.hparams_of(parser, args, task), task)
+
+
+def hold_job_dir(job_dir, task=None):
+    """The job dir's lock for the process that writes its checkpoints (see job_dir_lock).
+
+    The other tasks of a cluster (workers, ps, the evaluator) share the directory with
+    their chief, so they take nothing.
+    """
+    if task and not task.writes_checkpoints:
+        return contextlib.nullcontext()
+    return job_dir_lock.JobDirLock(job_dir)
 
 
 def choose_precision(num_gpus, task=None):
