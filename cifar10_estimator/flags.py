@@ -322,6 +322,19 @@ def periodic_eval_subset(settings):
     return settings.eval_subset
 
 
+def subsets_read(settings, task=None):
+    """The TFRecord subsets this process reads: training's, if it trains, and the evaluated
+    ones, if it evaluates (alone, as a master, or as the evaluator task)."""
+    if settings.use_synthetic_data:
+        return []
+    subsets = []
+    if task is None or task.is_trainer:
+        subsets.append("train")
+    if task is None or task.evaluates:
+        subsets += [periodic_eval_subset(settings), "eval"]
+    return list(dict.fromkeys(subsets))
+
+
 def eval_steps(settings, subset):
     """Steps that evaluate each example of `subset` once (one batch with synthetic data);
     validate has checked that the batch divides the subset."""

@@ -3,11 +3,14 @@
     python -m cifar10_estimator.main --data-dir DATA --job-dir JOB --num-gpus 0
 
 The run, top to bottom: flags (parsed and checked by `flags` before TensorFlow builds a
-graph; a user error ends with one line on stderr and exit status 2) -> the run's
+graph; a user error ends with one line on stderr and exit status 2) -> the job dir, held
+by the process that writes its checkpoints -> the data files this process reads, each
+read once and checked (one line and exit status 1 when one is damaged) -> the run's
 Settings, resolved once, and their HParams (saved to job-dir/hparams.json) -> RunConfig
 -> tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
 """
 
+import contextlib
 import os
 import random
 import sys
@@ -15,9 +18,11 @@ import sys
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
+from cifar10_estimator.training import job_dir_lock
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import schedule
 from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
 
@@ -32,7 +37,24 @@ def main(argv):
         # TensorFlow's import notices are dropped with a user error's one line.
         flags.quiet_tensorflow_logs()
         flags.validate(settings, task)
-    train_and_evaluate(flags.resolve(settings, task), task)
+    with hold_job_dir(settings.job_dir, task):
+        with stderr_dropped_on_user_error():
+            # Before any graph: the reader would fail only inside training, after the
+            # first checkpoint, or read a file cut short without a word.
+            for subset in flags.subsets_read(settings, task):
+                tfrecord_format.check_tfrecords(settings.data_dir, subset)
+        train_and_evaluate(flags.resolve(settings, task), task)
+
+
+def hold_job_dir(job_dir, task=None):
+    """The job dir's lock for the process that writes its checkpoints (see job_dir_lock).
+
+    The other tasks of a cluster (workers, ps, the evaluator) share the directory with
+    their chief, so they take nothing.
+    """
+    if task and not task.writes_checkpoints:
+        return contextlib.nullcontext()
+    return job_dir_lock.JobDirLock(job_dir)
 
 
 def make_run_config(settings, task=None):

@@ -86,12 +86,16 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
       (predicted, labels): two int64 numpy arrays [num_examples].
 
     Raises:
-      Cifar10EstimatorError: missing data, or a checkpoint that does not fit the model.
+      Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords),
+        or a checkpoint that does not fit the model.
     """
     import tensorflow as tf
     from cifar10_estimator import cifar10, model_fn
+    from cifar10_estimator.data import tfrecord_format
 
     dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
+    # A file cut short would otherwise be read round again to fill the count.
+    tfrecord_format.check_tfrecords(data_dir, subset)
     num_examples = dataset.num_examples_per_epoch()
     batch_size = min(batch_size, num_examples)
     num_batches = -(-num_examples // batch_size)
