@@ -294,11 +294,12 @@ def test_the_readme_shows_the_test_command_ci_runs():
 
 
 def flag_table(page=FLAG_TABLE_PAGE):
-    """The lines between the flag table's markers on `page`."""
+    """The lines between the flag table's markers on `page`, blank lines at either end
+    left out."""
     lines = read(page)
     begin = next(index for index, line in enumerate(lines) if line.startswith(FLAG_TABLE_BEGIN))
     end = lines.index(FLAG_TABLE_END, begin)
-    return lines[begin + 1:end]
+    return "\n".join(lines[begin + 1:end]).strip("\n").split("\n")
 
 
 def test_the_flag_table_is_the_one_the_declarations_generate():
