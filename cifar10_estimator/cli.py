@@ -71,14 +71,16 @@ def flag_of(name):
     return "--" + name.replace("_", "-")
 
 
-def add_options(parser, fields, groups=()):
+def add_options(parser, fields, groups=(), **add_argument_keywords):
     """Add the flag of each option field to `parser`, in its argument group.
 
     Args:
-      parser: an argparse parser.
+      parser: an argparse parser, or an argument group of one.
       fields: option fields (option_fields), in the order --help lists them in a group.
       groups: (title, description) of the fields' argument groups, in the order --help
         shows them.
+      **add_argument_keywords: what every one of these flags takes besides its
+        declaration, e.g. required=True where a command requires a shared option.
     """
     containers = {None: parser}
     for title, description in groups:
@@ -92,7 +94,8 @@ def add_options(parser, fields, groups=()):
                 exclusive_groups[metadata["exclusive"]] = container.add_mutually_exclusive_group()
             container = exclusive_groups[metadata["exclusive"]]
         container.add_argument(flag_of(field.name), default=field.default,
-                               help=metadata["help"], **metadata["add_argument"])
+                               help=metadata["help"],
+                               **dict(metadata["add_argument"], **add_argument_keywords))
 
 
 def parse_bool(text):

@@ -18,9 +18,10 @@ import numpy as np
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
-from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, positive_int,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.serving.options import shared
 
 
 def build_parser():
@@ -28,10 +29,7 @@ def build_parser():
         description="Evaluate a trained checkpoint on every example of a subset once: overall "
                     "and per-class accuracy and the confusion matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--job-dir", required=True,
-                        help="Directory training wrote (checkpoints and hparams.json).")
-    parser.add_argument("--data-dir", required=True,
-                        help="Directory with the TFRecords written by generate_tfrecords.")
+    add_options(parser, shared("job_dir", "data_dir"), required=True)
     parser.add_argument("--subset", choices=["eval", "validation"], default="eval",
                         help="Which examples to evaluate.")
     parser.add_argument("--checkpoint", metavar="PATH",

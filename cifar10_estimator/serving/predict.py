@@ -16,9 +16,10 @@ import sys
 import numpy as np
 
 from cifar10_estimator import cifar10
-from cifar10_estimator.cli import (ArgumentParser, first_line, invoked_program,
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invoked_program,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving.options import shared
 
 
 def build_parser():
@@ -26,10 +27,7 @@ def build_parser():
         description="Classify PNG/JPEG images with a SavedModel exported by training. "
                     "Prints PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--export-dir", required=True,
-                        help="An export (JOB/export/best/<timestamp>), a directory of "
-                             "timestamped exports (its newest), or a job dir (the newest "
-                             "export under export/best, else export/latest).")
+    add_options(parser, shared("export_dir"), required=True)
     parser.add_argument("--top-k", type=int, default=1, metavar="K",
                         help="Print the K most probable classes of each image, one line "
                              "each, most probable first.")
