@@ -22,18 +22,20 @@ class ResNetCifar10(model_base.ResNet):
     """ResNet-(6n+2) for 32x32 images: a 3x3 conv, three stages of n basic units, a classifier."""
 
     def __init__(self, num_layers, is_training, batch_norm_decay, batch_norm_epsilon,
-                 data_format="channels_first", num_classes=ORIGINAL_NUM_CLASSES):
+                 data_format="channels_first", num_classes=ORIGINAL_NUM_CLASSES,
+                 zero_init_residual=False):
         """Args:
           num_layers: depth 6n + 2 with n >= 1 (20, 32, 44, 56 and 110 in the paper).
-          is_training, batch_norm_decay, batch_norm_epsilon, data_format: see
-            model_base.ResNet.
+          is_training, batch_norm_decay, batch_norm_epsilon, data_format,
+            zero_init_residual: see model_base.ResNet.
           num_classes: number of logits; the original's 11 by default (see
             ORIGINAL_NUM_CLASSES).
 
         Raises:
           ValueError: num_layers is not 6n + 2, or data_format is unknown.
         """
-        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon)
+        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon,
+                         zero_init_residual)
         self.num_units_per_stage = num_units_per_stage(num_layers)
         self.num_classes = num_classes
 

@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
@@ -40,6 +41,61 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(message)
+
+
+def option(default, help, group=None, exclusive=None, **add_argument_keywords):
+    """A dataclass field that is also the command-line flag --its-name (see flag_of).
+
+    The one declaration of an option: its default, its help, the title of the argument
+    group --help shows it in (None: the parser's own options), and what argparse's
+    add_argument takes besides (type, choices, metavar, action, required). Options that
+    share an `exclusive` name exclude each other on the command line.
+    """
+    return dataclasses.field(default=default, metadata={
+        "help": help, "group": group, "exclusive": exclusive,
+        "add_argument": add_argument_keywords})
+
+
+def is_option(field):
+    """Whether a dataclass field was declared with `option` (the others are no flags)."""
+    return "add_argument" in field.metadata
+
+
+def option_fields(*classes):
+    """The option fields of the dataclasses `classes`, in the order they are declared."""
+    return [field for cls in classes for field in dataclasses.fields(cls) if is_option(field)]
+
+
+def flag_of(name):
+    """The command-line flag of an option or a parser destination: num_gpus -> --num-gpus."""
+    return "--" + name.replace("_", "-")
+
+
+def add_options(parser, fields, groups=(), **add_argument_keywords):
+    """Add the flag of each option field to `parser`, in its argument group.
+
+    Args:
+      parser: an argparse parser, or an argument group of one.
+      fields: option fields (option_fields), in the order --help lists them in a group.
+      groups: (title, description) of the fields' argument groups, in the order --help
+        shows them.
+      **add_argument_keywords: what every one of these flags takes besides its
+        declaration, e.g. required=True where a command requires a shared option.
+    """
+    containers = {None: parser}
+    for title, description in groups:
+        containers[title] = parser.add_argument_group(title, description)
+    exclusive_groups = {}
+    for field in fields:
+        metadata = field.metadata
+        container = containers[metadata["group"]]
+        if metadata["exclusive"]:
+            if metadata["exclusive"] not in exclusive_groups:
+                exclusive_groups[metadata["exclusive"]] = container.add_mutually_exclusive_group()
+            container = exclusive_groups[metadata["exclusive"]]
+        container.add_argument(flag_of(field.name), default=field.default,
+                               help=metadata["help"],
+                               **dict(metadata["add_argument"], **add_argument_keywords))
 
 
 def parse_bool(text):

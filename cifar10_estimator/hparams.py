@@ -1,8 +1,11 @@
-"""The training job's hyper-parameters: their defaults, and job-dir/hparams.json.
+"""The training job's hyper-parameters, each declared once, and job-dir/hparams.json.
 
-Each default is written once, here; the trainer's flags take theirs from `DEFAULTS`.
-Training writes the values it used to job-dir/hparams.json so that a checkpoint can be
-rebuilt later (the evaluate command reads it).
+Each field of HParams that is an option (cli.option) is a trainer flag: its default,
+type or check, help and --help group are written here, once, and the trainer's parser
+(flags.build_parser), hparams.json, the recipes and the manual's flag table read them.
+The other fields are derived: the trainer fills them in from the data, the devices and
+the cluster (flags.resolve). Training writes the values it used to job-dir/hparams.json
+so that a checkpoint can be rebuilt later (the evaluate command reads it).
 """
 
 import dataclasses
@@ -10,16 +13,26 @@ import json
 import os
 import typing
 
+from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
+from cifar10_estimator.cli import (between_zero_and_one, is_option, non_negative_float,
+                                   non_negative_int, option, positive_float, positive_int)
 from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.training import precision
+from cifar10_estimator.training import recipes
+from cifar10_estimator.training import schedule
 
 HPARAMS_FILENAME = "hparams.json"
 HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
 
-# Which trainable variables weight decay pulls towards 0. all: every one, as the tutorial
-# (convolution and dense kernels, the dense bias, batch norm's gamma and beta); kernels:
-# the convolution and dense kernels only, leaving the scale and shift parameters free.
+# Which trainable variables weight decay pulls towards 0 (model_fn.decayed_variables).
 WEIGHT_DECAY_SCOPES = ("all", "kernels")
+
+
+def _recipes_help():
+    return ("A named set of the flags below; flags given on the command line override it. "
+            + "; ".join("%s: %s" % (name, recipes.as_flags(name) or "the tutorial's defaults")
+                        for name in recipes.RECIPES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,59 +43,142 @@ class HParams:
     learning-rate schedule counts epochs in examples_per_global_step.
     """
 
-    num_layers: int = 44
-    # Factor of the sum of tf.nn.l2_loss (half the squared norm) of the decayed variables
-    # added to the loss, so its gradient adds weight_decay * w: the same convention as
-    # the paper's weight decay (He et al. 2016: 1e-4), which the tutorial doubled.
-    weight_decay: float = 2e-4
-    # One of WEIGHT_DECAY_SCOPES.
-    weight_decay_scope: str = "all"
-    momentum: float = 0.9
-    learning_rate: float = 0.1
-    batch_norm_decay: float = 0.997
-    batch_norm_epsilon: float = 1e-5
-    train_batch_size: int = 128
-    num_train_examples: int = 40000
+    # The --recipe the other values started from, before the flags given.
+    recipe: str = option(
+        "tutorial", _recipes_help(), choices=sorted(recipes.RECIPES))
+    # One of precision.PRECISIONS once resolved: hparams.json records what auto took.
+    precision: str = option(
+        "fp32", "What training computes in. fp32: float32 throughout (the original). bf16: "
+                "mixed bfloat16, for CPUs with bfloat16 instructions (avx512_bf16, amx_bf16) "
+                "and GPUs from Ampere on. fp16: mixed float16 with dynamic loss scaling, for "
+                "GPUs. Variables stay float32; evaluation and exports compute in float32. "
+                "auto: on the CPU, bf16 where this machine serves it and trains faster in "
+                "it than in fp32 (measured once per machine, a few seconds), else fp32; on "
+                "GPUs, fp32. The log and hparams.json say which it took.",
+        group="devices", choices=precision.PRECISIONS + (precision.AUTO,))
+
+    # The network.
+    num_layers: int = option(
+        44, "ResNet depth, 6n+2 (20, 32, 44, 56, 110, ...).", group="model", type=int)
+    batch_norm_decay: float = option(
+        0.997, "Decay of the batch-norm moving averages.", group="model", type=float)
+    batch_norm_epsilon: float = option(
+        1e-5, "Epsilon of batch norm.", group="model", type=positive_float)
+    zero_init_residual: bool = option(
+        False, "Start the scale (gamma) of each residual unit's last batch norm at 0, so "
+               "every unit starts as the identity (Goyal et al. 2017); the original starts "
+               "it at 1.",
+        group="model", action="store_true")
+
+    # The run's length and the learning rate over it (training.schedule reads them).
+    train_steps: typing.Optional[int] = option(
+        None, "Global step at which training stops (default: the tutorial's %d). The "
+              "learning rate drops at epochs %s whatever this is, unless "
+              "--learning-rate-drops is given."
+              % (schedule.TUTORIAL_TRAIN_STEPS,
+                 ", ".join(str(epoch) for epoch in schedule.TUTORIAL_DROP_EPOCHS)),
+        group="schedule", exclusive="run length", type=positive_int)
+    train_epochs: typing.Optional[float] = option(
+        None, "Train E epochs of the training set (at the global batch) and place the "
+              "learning-rate drops in proportion to the run (see --learning-rate-drops). "
+              "Use this for runs shorter than the tutorial's 256 epochs.",
+        group="schedule", exclusive="run length", type=positive_float, metavar="E")
+    learning_rate: float = option(
+        0.1, "Initial learning rate; x%s from epochs %s (with --train-epochs: see "
+             "--learning-rate-drops)." % (
+                 ", x".join("%g" % factor for factor in schedule.TUTORIAL_DROP_FACTORS[1:]),
+                 ", ".join(str(epoch) for epoch in schedule.TUTORIAL_DROP_EPOCHS)),
+        group="schedule", type=positive_float)
+    learning_rate_scaling: str = option(
+        "none", "none: --learning-rate as given, whatever the global batch (the original). "
+                "linear: --learning-rate x global batch / %d, the global batch being "
+                "--train-batch-size x workers with --sync (Goyal et al. 2017)."
+                % schedule.REFERENCE_BATCH_SIZE,
+        group="schedule", choices=schedule.LEARNING_RATE_SCALINGS)
+    learning_rate_drops: typing.Optional[str] = option(
+        None, "Place the rate's drops in proportion to the run. paper: /10 at 50%% and "
+              "75%% of it (He et al. 2016: --train-steps 64000 --learning-rate-drops paper "
+              "is the paper's schedule); tutorial: /10 at 32%% and 48%% (the tutorial's "
+              "epochs 82 and 123 of 256). Unset: paper with --train-epochs; with "
+              "--train-steps, the tutorial's drops at fixed epochs.",
+        group="schedule", choices=sorted(schedule.PROPORTIONAL_DROPS))
+    learning_rate_schedule: str = option(
+        "piecewise", "Shape of the rate over the run. piecewise: the drops above (the "
+                     "original). cosine: a half cosine from the base rate to 0 at the last "
+                     "step. linear: a straight line to 0 at the last step. Both work with "
+                     "--train-steps or --train-epochs.",
+        group="schedule", choices=schedule.SHAPES)
+    warmup_epochs: float = option(
+        0.0, "Raise the rate linearly from about 0 to the base rate over the first W "
+             "epochs, then follow the schedule (for large global batches with "
+             "--learning-rate-scaling linear).",
+        group="schedule", type=non_negative_float, metavar="W")
+
+    # What each step computes and how it updates the weights.
+    train_batch_size: int = option(
+        128, "Batch of one worker, split evenly over its towers.",
+        group="optimisation", type=positive_int)
+    momentum: float = option(
+        0.9, "Momentum of the optimizer.", group="optimisation", type=float)
+    nesterov: bool = option(
+        False, "Nesterov momentum (the original uses plain momentum).",
+        group="optimisation", action="store_true")
+    weight_decay: float = option(
+        2e-4, "L2 weight decay factor: weight decay x the sum of tf.nn.l2_loss (half the "
+              "squared norm) of the decayed variables (--weight-decay-scope) is added to "
+              "the loss, i.e. weight decay x w is added to each gradient: the paper's "
+              "convention, in which He et al. 2016 used 1e-4.",
+        group="optimisation", type=float)
+    weight_decay_scope: str = option(
+        "all", "all: decay every trainable variable (the original). kernels: only the "
+               "convolution and dense kernels; batch norm's gamma and beta and the dense "
+               "bias are not decayed.",
+        group="optimisation", choices=WEIGHT_DECAY_SCOPES)
+    label_smoothing: float = option(
+        0.0, "Train towards 1 - F on the label and F spread evenly over the 10 classes. "
+             "The evaluation loss stays plain cross entropy.",
+        group="optimisation", type=non_negative_float, metavar="F")
+    shift_learning_rate_factor: float = option(
+        1.0, "Batch norm's shift (beta) variables learn at F times the learning rate (F x "
+             "their gradient, weight decay included).",
+        group="optimisation", type=positive_float, metavar="F")
+    moving_average_decay: typing.Optional[float] = option(
+        None, "Keep an exponential moving average of the trainable weights (decay D, "
+              "ramped up over the first steps as min(D, (1+step)/(10+step))) next to them, "
+              "and evaluate, export and predict with it; checkpoints hold both. Batch-norm "
+              "statistics are already moving averages (--batch-norm-decay) and stay as "
+              "trained. E.g. 0.999; unset, the trained weights are used.",
+        group="optimisation", type=between_zero_and_one, metavar="D")
+    seed: typing.Optional[int] = option(
+        None, "Graph-level random seed: the initial weights, the order of the training "
+              "data and its augmentation follow N (recorded in hparams.json). In a cluster "
+              "each trainer adds its rank, so workers still draw different batches. "
+              "Unset: every run draws anew, as the original.",
+        group="optimisation", type=non_negative_int, metavar="N")
+
+    # Test-time views: what evaluation, prediction and exports compute; training is
+    # unaffected.
+    eval_flips: bool = option(
+        False, "Evaluation, exports and predictions average the class probabilities of "
+               "each image and its left-right mirror (twice the inference work; the "
+               "evaluation loss stays that of the images alone).",
+        group="checkpoints and evaluation", action="store_true")
+    eval_shifts: int = option(
+        0, "Evaluation, exports and predictions also average the class probabilities of "
+           "each image shifted by P pixels right, left, down and up (zero fill); with "
+           "--eval-flips, of their mirrors too (5x the inference work, 10x with flips). "
+           "0: none.",
+        group="checkpoints and evaluation", type=non_negative_int, metavar="P")
+
+    sync: bool = option(
+        False, "Distributed only: synchronous updates with SyncReplicasOptimizer.",
+        group="cluster", action="store_true")
+
+    # Derived, no flag: flags.resolve fills them in from the data, the devices and the
+    # cluster.
+    num_train_examples: int = cifar10.OFFICIAL_NUM_EXAMPLES["train"]
     num_workers: int = 1
     data_format: str = "channels_last"
-    sync: bool = False
-    # The run's length (see schedule.last_step): train_steps global steps, or
-    # train_epochs epochs; neither: the tutorial's 80000 steps. learning_rate_drops (a
-    # key of schedule.PROPORTIONAL_DROPS) places the drops in proportion to the run;
-    # None: "paper" with train_epochs, else the tutorial's drops at epochs 82, 123, 300.
-    train_steps: typing.Optional[int] = None
-    train_epochs: typing.Optional[float] = None
-    learning_rate_drops: typing.Optional[str] = None
-    # One of schedule.LEARNING_RATE_SCALINGS.
-    learning_rate_scaling: str = "none"
-    # One of schedule.SHAPES, after a linear warm-up of warmup_epochs (0: none).
-    learning_rate_schedule: str = "piecewise"
-    warmup_epochs: float = 0.0
-    # Nesterov momentum instead of the original's plain momentum.
-    nesterov: bool = False
-    # Training targets: 1 - label_smoothing on the label, the rest spread evenly over
-    # CIFAR-10's 10 classes (never the 11th logit). Evaluation loss stays plain.
-    label_smoothing: float = 0.0
-    # One of precision.PRECISIONS; fp32 is the original's. Evaluation and exports are float32.
-    precision: str = "fp32"
-    # Decay D in (0, 1) of the exponential moving average of the trainable weights that
-    # evaluation, prediction and exports use (see weight_averaging); None: the trained
-    # weights, as the original.
-    moving_average_decay: typing.Optional[float] = None
-    # Evaluation, prediction and exports average the class probabilities of each image
-    # and its left-right mirror (twice the inference work); training is unaffected.
-    eval_flips: bool = False
-    # Evaluation, prediction and exports also average over the images shifted by this
-    # many pixels right, left, down and up (0: none); with eval_flips, their mirrors too.
-    eval_shifts: int = 0
-    # Graph-level random seed of the run (weights' initial values, the training data's
-    # order and augmentation), None: a new draw every run, as the original.
-    seed: typing.Optional[int] = None
-
-    # Fields no flag sets: the trainer derives them from the data, the devices and the
-    # cluster (from_flags insists on exactly these).
-    DERIVED_FIELDS: typing.ClassVar[tuple] = ("num_train_examples", "num_workers",
-                                              "data_format")
 
     @property
     def examples_per_global_step(self):
@@ -94,38 +190,11 @@ class HParams:
         """
         return self.train_batch_size * (self.num_workers if self.sync else 1)
 
-    @classmethod
-    def from_flags(cls, flag_values, **derived):
-        """HParams from the trainer's hyper-parameter flags and the fields derived elsewhere.
-
-        Every field must come from exactly one of the two, so a flag renamed without its
-        field (which would silently train on the default) fails here.
-
-        Args:
-          flag_values: dict flag destination -> value, of the flags that are fields.
-          **derived: exactly the DERIVED_FIELDS.
-
-        Raises:
-          ValueError: a flag names no field, a field is set by no flag, or derived is
-            not DERIVED_FIELDS.
-        """
-        fields = {field.name for field in dataclasses.fields(cls)}
-        problems = []
-        if set(derived) != set(cls.DERIVED_FIELDS):
-            problems.append("derived %s, expected %s" % (sorted(derived),
-                                                         sorted(cls.DERIVED_FIELDS)))
-        without_field = sorted(set(flag_values) - fields)
-        if without_field:
-            problems.append("flags with no HParams field: %s" % ", ".join(without_field))
-        without_flag = sorted(fields - set(flag_values) - set(cls.DERIVED_FIELDS))
-        if without_flag:
-            problems.append("HParams fields no flag sets: %s" % ", ".join(without_flag))
-        if problems:
-            raise ValueError("; ".join(problems))
-        return cls(**dict(flag_values, **derived))
-
 
 DEFAULTS = HParams()
+# The fields no flag sets (see flags.resolve).
+DERIVED_FIELDS = tuple(field.name for field in dataclasses.fields(HParams)
+                       if not is_option(field))
 
 
 def save(job_dir, hparams):

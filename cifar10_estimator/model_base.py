@@ -23,7 +23,8 @@ _CONV_INITIALIZER = tf.compat.v1.variance_scaling_initializer(
 class ResNet:
     """Base class of ResNet models: the building blocks; subclasses define forward_pass."""
 
-    def __init__(self, is_training, data_format, batch_norm_decay, batch_norm_epsilon):
+    def __init__(self, is_training, data_format, batch_norm_decay, batch_norm_epsilon,
+                 zero_init_residual=False):
         """Args:
           is_training: build the training graph (batch statistics, moving-average
             updates in UPDATE_OPS) rather than the inference graph.
@@ -32,6 +33,9 @@ class ResNet:
             support without oneDNN).
           batch_norm_decay: momentum of the moving mean and variance.
           batch_norm_epsilon: added to the variance to avoid dividing by zero.
+          zero_init_residual: start the scale (gamma) of each residual unit's last batch
+            norm at 0 rather than 1, so every unit starts as the identity (Goyal et al.
+            2017); the variables and checkpoints are the same either way.
 
         Raises:
           ValueError: data_format is not one of DATA_FORMATS.
@@ -43,6 +47,7 @@ class ResNet:
         self._data_format = data_format
         self._batch_norm_decay = batch_norm_decay
         self._batch_norm_epsilon = batch_norm_epsilon
+        self._zero_init_residual = zero_init_residual
 
     @property
     def data_format(self):
@@ -66,7 +71,7 @@ class ResNet:
             x = self._batch_norm(x)
             x = self._relu(x)
             x = self._conv(x, kernel_size, out_filter, 1)
-            x = self._batch_norm(x)
+            x = self._batch_norm(x, is_last_in_unit=True)
             shortcut = self._option_a_shortcut(shortcut, in_filter, out_filter, stride)
             x = self._relu(tf.add(x, shortcut))
             _log_shape(name_scope, x)
@@ -151,15 +156,20 @@ class ResNet:
             data_format=self._data_format)
         return layer(x)
 
-    def _batch_norm(self, x):
+    def _batch_norm(self, x, is_last_in_unit=False):
         """Fused batch norm with scale and offset; moving-average updates go to UPDATE_OPS.
 
         The layer is named BatchNorm (BatchNorm_1, ...) like tf.contrib.layers.batch_norm,
         which the tutorial used, so its checkpoints' variable names carry over.
+        is_last_in_unit: the batch norm before a residual unit's addition, whose scale
+        starts at 0 with zero_init_residual.
         """
+        zero_scale = is_last_in_unit and self._zero_init_residual
         layer = tf.compat.v1.layers.BatchNormalization(
             axis=self._channel_axis(), momentum=self._batch_norm_decay,
             epsilon=self._batch_norm_epsilon, center=True, scale=True, fused=True,
+            gamma_initializer=tf.compat.v1.zeros_initializer() if zero_scale
+            else tf.compat.v1.ones_initializer(),
             name="BatchNorm")
         return layer(x, training=self._is_training)
 

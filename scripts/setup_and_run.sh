@@ -9,8 +9,9 @@
 #   --data-dir DIR  where the archive and TFRecords go (default: data, or data-synthetic,
 #                   in the checkout)
 #   --job-dir DIR   checkpoints, events, exports (default: job, or job-synthetic)
-#   TRAINER FLAGS   passed to python -m cifar10_estimator.main; default: the tutorial's
-#                   ResNet-44 schedule on every GPU found, or on the CPU if there is none.
+#   TRAINER FLAGS   passed to python -m cifar10_estimator.main instead of the defaults:
+#                   with GPUs, the tutorial's ResNet-44 schedule on every GPU found; with
+#                   none, --recipe budget (ResNet-20, 30 epochs, under an hour on 2 cores).
 # Environment: PYTHON (interpreter to build the virtualenv with), VENV_DIR (default .venv).
 set -euo pipefail
 caller_dir=$PWD
@@ -70,7 +71,14 @@ if [ $# -eq 0 ]; then
   else
     num_gpus=$(TF_CPP_MIN_LOG_LEVEL=3 "$python" -c \
       'import tensorflow as tf; print(len(tf.config.list_physical_devices("GPU")))' 2>/dev/null | tail -n 1)
-    set -- --num-gpus "${num_gpus:-0}"
+    case "$num_gpus" in ''|*[!0-9]*) num_gpus=0 ;; esac
+    if [ "$num_gpus" -gt 0 ]; then
+      set -- --num-gpus "$num_gpus"
+    else
+      set -- --num-gpus 0 --recipe budget
+      echo "No GPU found: training the budget recipe (ResNet-20, 30 epochs; under an hour on" \
+           "2 CPU cores). For the tutorial's schedule instead: bash scripts/setup_and_run.sh -- --num-gpus 0" >&2
+    fi
   fi
 fi
 exec "$python" -m cifar10_estimator.main --data-dir "$data_dir" --job-dir "$job_dir" "$@"

@@ -127,9 +127,8 @@ def test_trainer_rejects_invalid_tf_config_in_one_line(tiny_data_dir, tmp_path, 
 
 def run_config_for(monkeypatch, tmp_path, text, *given):
     monkeypatch.setenv("TF_CONFIG", text)
-    args = flags.build_parser().parse_args(
-        ["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(given))
-    return trainer.make_run_config(args, cluster.task_from_tf_config(text))
+    settings = flags.parse(["--job-dir", str(tmp_path), "--num-gpus", "0"] + list(given))
+    return trainer.make_run_config(settings, cluster.task_from_tf_config(text))
 
 
 @pytest.mark.parametrize("task_type, index", [("chief", 0), ("worker", 1)])

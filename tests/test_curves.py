@@ -39,8 +39,9 @@ def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
         # 9 x 7 inches of panels at 100 dpi, and below them a legend of three lines.
         assert image.format == "PNG" and image.size[0] == 900 and image.size[1] > 700
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("--learning-rate 0.1: 2 validation points to epoch 1.2, last ")
-    assert lines[1].startswith("--learning-rate 0.05: 2 validation points to epoch 1.2, ")
+    assert lines[0].startswith("--learning-rate 0.1: 2 validation points to epoch 1.2 (")
+    assert " min), last " in lines[0] and " min" in lines[0].rsplit("test", 1)[1]
+    assert lines[1].startswith("--learning-rate 0.05: 2 validation points to epoch 1.2 (")
     assert lines[-1] == "wrote %s" % output
     assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]
 
@@ -107,3 +108,27 @@ def test_without_matplotlib_it_says_what_to_install(trained_job, tmp_path):
 def test_a_folder_that_is_not_a_job_gets_one_line(tmp_path):
     result = run_module(MODULE, [tmp_path, "--output", tmp_path / "curves.png"])
     assert_one_line_error(result, 1, "hparams.json is missing")
+
+
+def test_minutes_count_from_the_runs_start_to_each_evaluation_and_the_test_result(
+        trained_job, tmp_path):
+    run = runs.read_run(trained_job.job_dir)
+    minutes = [value for value, _ in run.validation_accuracy_minutes]
+    assert [accuracy for _, accuracy in run.validation_accuracy_minutes] == [
+        accuracy for _, accuracy in run.validation_accuracy]
+    assert 0 < minutes[0] < minutes[1] <= run.test_minutes
+    # The whole tiny run took seconds, not minutes.
+    assert run.test_minutes < 5
+    assert [rate for _, rate in run.learning_rate_minutes] == [
+        rate for _, rate in run.learning_rate]
+    output = tmp_path / "minutes.png"
+    result = run_module(MODULE, [trained_job.job_dir, "--output", output, "--x-axis", "minutes"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert output.exists()
+    fig = plot.figure(plot._pyplot(), [run], ["the run"], x_axis="minutes")
+    accuracy_axes, rate_axes = fig.axes
+    assert rate_axes.get_xlabel() == "wall-clock minutes since the run started"
+    curve, star = accuracy_axes.get_lines()
+    assert list(curve.get_xdata()) == minutes
+    assert list(star.get_xdata()) == [run.test_minutes]
+    assert list(star.get_ydata()) == [100 * run.test_accuracy]

@@ -109,6 +109,45 @@ def test_after_a_restart_the_best_export_is_replaced_only_by_a_better_model(tmp_
     assert estimator.exported_checkpoints == ["ckpt-15"]
 
 
+class FailingEstimatorStub(EstimatorStub):
+    """An Estimator whose export fails half-way, as tf.estimator writes one: in temp-<ts>/."""
+
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
+        os.makedirs(os.path.join(export_dir_base, "temp-1800000000", "variables"))
+        raise OSError("No space left on device")
+
+
+def test_an_export_that_fails_half_way_leaves_no_temporary_directory(tmp_path):
+    export_path = tmp_path / "export" / "latest"
+    with pytest.raises(OSError, match="No space left"):
+        export.latest_exporter().export(FailingEstimatorStub(str(tmp_path)), str(export_path),
+                                        "ckpt-5", {"accuracy": 0.5, "global_step": 5}, False)
+    assert os.listdir(str(export_path)) == []
+
+
+def test_what_a_killed_export_left_goes_before_the_next_export(tmp_path):
+    export_path = tmp_path / "export" / "best"
+    (export_path / "1700000000").mkdir(parents=True)
+    (export_path / "1700000000" / "saved_model.pb").write_bytes(b"")
+    (export_path / "temp-1750000000" / "variables").mkdir(parents=True)
+    write_eval_accuracies(str(tmp_path / "eval_validation"), {5: 0.5})
+    estimator = EstimatorStub(str(tmp_path))
+    export.best_exporter("validation").export(
+        estimator, str(export_path), "ckpt-10", {"accuracy": 0.75, "global_step": 10}, False)
+    assert estimator.exported_checkpoints == ["ckpt-10"]
+    assert sorted(os.listdir(str(export_path))) == ["1700000000"]
+
+
+def test_a_temporary_export_is_never_picked_though_newer(tmp_path):
+    latest = tmp_path / "export" / "latest"
+    for name in ("1700000000", "temp-1800000000"):
+        (latest / name).mkdir(parents=True)
+        (latest / name / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "export" / "best" / "temp-1800000001").mkdir(parents=True)
+    assert export.resolve_export_dir(str(tmp_path)) == str(latest / "1700000000")
+    assert export.resolve_export_dir(str(latest)) == str(latest / "1700000000")
+
+
 @slow
 def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
     hparams = job_hparams.load(trained_job.job_dir)

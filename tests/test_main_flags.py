@@ -1,6 +1,7 @@
 """Flag validation of the trainer: every user error is one line and a non-zero exit."""
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from cifar10_estimator.distributed import cluster
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
+from cifar10_estimator.training import recipes
 from cifar10_estimator.training import schedule
 from cifar10_estimator.errors import UsageError
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
@@ -45,14 +47,15 @@ def test_help_lists_every_flag_of_the_original_and_the_new_ones():
 
 
 def test_defaults_are_the_original_tutorials():
-    parser, args = flags.parse(["--job-dir", "j"])
-    train_steps = schedule.last_step(flags.hparams_of(parser, args))
-    assert (args.num_gpus, args.num_layers, train_steps, args.train_batch_size,
-            args.eval_batch_size, args.momentum, args.weight_decay, args.learning_rate,
-            args.batch_norm_decay, args.batch_norm_epsilon, args.variable_strategy,
-            args.use_distortion_for_training, args.sync, args.data_format,
-            args.num_intra_threads, args.num_inter_threads, args.log_device_placement,
-            args.learning_rate_scaling) == (
+    settings = flags.resolve(flags.parse(["--job-dir", "j"]))
+    hparams = settings.hparams
+    train_steps = schedule.last_step(hparams)
+    assert (settings.num_gpus, hparams.num_layers, train_steps, hparams.train_batch_size,
+            settings.eval_batch_size, hparams.momentum, hparams.weight_decay,
+            hparams.learning_rate, hparams.batch_norm_decay, hparams.batch_norm_epsilon,
+            settings.variable_strategy, settings.use_distortion_for_training, hparams.sync,
+            settings.data_format, settings.num_intra_threads, settings.num_inter_threads,
+            settings.log_device_placement, hparams.learning_rate_scaling) == (
         1, 44, 80000, 128, 100, 0.9, 2e-4, 0.1, 0.997, 1e-5, "CPU", True, False, None,
         0, 0, False, "none")
 
@@ -60,16 +63,15 @@ def test_defaults_are_the_original_tutorials():
 @pytest.mark.parametrize("text, expected", [("false", False), ("False", False), ("0", False),
                                             ("no", False), ("true", True), ("1", True)])
 def test_use_distortion_for_training_is_a_real_boolean(text, expected):
-    args = flags.build_parser().parse_args(
-        ["--job-dir", "j", "--use-distortion-for-training", text])
-    assert args.use_distortion_for_training is expected
+    settings = flags.parse(["--job-dir", "j", "--use-distortion-for-training", text])
+    assert settings.use_distortion_for_training is expected
 
 
 def test_thread_flags_reach_the_session_config(tmp_path):
-    args = flags.build_parser().parse_args(
+    settings = flags.parse(
         ["--job-dir", str(tmp_path), "--num-gpus", "0", "--num-cpu-towers", "3",
          "--num-inter-threads", "3", "--num-intra-threads", "2"])
-    session_config = trainer.make_run_config(args).session_config
+    session_config = trainer.make_run_config(settings).session_config
     assert session_config.inter_op_parallelism_threads == 3
     assert session_config.intra_op_parallelism_threads == 2
     assert session_config.device_count["CPU"] == 3
@@ -135,10 +137,10 @@ def test_data_dir_flag_is_required_without_synthetic_data(tmp_path):
 
 
 def first_training_batch(data_dir, job_dir, distortion):
-    args = flags.build_parser().parse_args(
+    settings = flags.parse(
         ["--data-dir", str(data_dir), "--job-dir", str(job_dir), "--num-gpus", "0",
          "--train-batch-size", "16", "--use-distortion-for-training", distortion])
-    train_input_fn = trainer.make_train_input_fn(args, num_towers=1)
+    train_input_fn = trainer.make_train_input_fn(settings)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         [images], _ = train_input_fn()
         return session.run(images)
@@ -157,13 +159,13 @@ def test_use_distortion_for_training_false_reaches_the_input_pipeline(tmp_path):
 
 
 def test_a_ps_task_needs_neither_the_gpus_nor_the_data(tmp_path):
-    args = flags.build_parser().parse_args(
+    settings = flags.parse(
         ["--job-dir", str(tmp_path / "job"), "--data-dir", str(tmp_path / "on-the-workers"),
          "--num-gpus", "4"])
     spec = {"ps": ["127.0.0.1:2220"], "chief": ["127.0.0.1:2221"]}
-    flags.validate(args, cluster.ClusterTask("ps", 0, spec))
+    flags.validate(settings, cluster.ClusterTask("ps", 0, spec))
     with pytest.raises(UsageError, match="--num-gpus 4"):
-        flags.validate(args, cluster.ClusterTask("chief", 0, spec))
+        flags.validate(settings, cluster.ClusterTask("chief", 0, spec))
 
 
 def test_train_steps_and_train_epochs_exclude_each_other(tmp_path):
@@ -180,8 +182,8 @@ def test_train_steps_and_train_epochs_exclude_each_other(tmp_path):
     (["--train-epochs", "10", "--train-batch-size", "64"], 6250),
 ])
 def test_the_last_step_comes_from_steps_epochs_or_the_default(given, expected_steps):
-    parser, args = flags.parse(["--job-dir", "j"] + given)
-    assert schedule.last_step(flags.hparams_of(parser, args)) == expected_steps
+    hparams = flags.resolve(flags.parse(["--job-dir", "j"] + given)).hparams
+    assert schedule.last_step(hparams) == expected_steps
 
 
 @pytest.mark.parametrize("given, workers, rate, described_as", [
@@ -193,44 +195,41 @@ def test_the_last_step_comes_from_steps_epochs_or_the_default(given, expected_st
 ])
 def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_messages, given,
                                                               workers, rate, described_as):
-    parser, args = flags.parse(["--job-dir", "j", "--sync", "--train-steps", "1000"] + given)
-    hparams = dataclasses.replace(flags.hparams_of(parser, args), num_workers=workers)
+    settings = flags.resolve(flags.parse(["--job-dir", "j", "--sync", "--train-steps", "1000"]
+                                         + given))
+    hparams = dataclasses.replace(settings.hparams, num_workers=workers)
     trainer.log_schedule(hparams)
     plan, warning = tensorflow_info_messages
     assert plan.endswith(described_as), plan
     assert "the rate stays %s for the whole run" % rate in warning
 
 
-def hparam_flag_values(argv=("--job-dir", "j")):
-    parser, args = flags.parse(list(argv))
-    return {name: getattr(args, name) for name in parser.hparam_destinations}
+def test_every_hyper_parameter_is_a_flag_but_those_derived_on_purpose():
+    hparams = flags.resolve(flags.parse(
+        ["--job-dir", "j", "--momentum", "0.8", "--train-epochs", "3"])).hparams
+    assert (hparams.momentum, hparams.train_epochs, hparams.num_train_examples) == (0.8, 3, 40000)
+    assert job_hparams.DERIVED_FIELDS == ("num_train_examples", "num_workers", "data_format")
 
 
-DERIVED = {"num_train_examples": 50000, "num_workers": 1, "data_format": "channels_last"}
+def test_the_parser_has_a_flag_for_each_declared_option_and_no_other():
+    # A flag is its field's name, so renaming one renames the other: they cannot part.
+    destinations = {action.dest for action in flags.build_parser()._actions} - {"help"}
+    assert destinations == {field.name for field in flags.option_fields()}
+    hyper_parameters = {field.name for field in dataclasses.fields(job_hparams.HParams)}
+    assert hyper_parameters == (destinations & hyper_parameters) | set(
+        job_hparams.DERIVED_FIELDS)
 
 
-def test_every_hyper_parameter_is_a_flag_or_derived_on_purpose():
-    hparams = job_hparams.HParams.from_flags(
-        hparam_flag_values(["--job-dir", "j", "--momentum", "0.8", "--train-epochs", "3"]),
-        **DERIVED)
-    assert (hparams.momentum, hparams.train_epochs, hparams.num_train_examples) == (0.8, 3, 50000)
-
-
-def test_a_renamed_flag_fails_loudly_instead_of_training_on_the_default():
-    values = hparam_flag_values()
-    values["momentum_coefficient"] = values.pop("momentum")  # the flag renamed, not the field
-    with pytest.raises(ValueError) as raised:
-        job_hparams.HParams.from_flags(values, **DERIVED)
-    assert "flags with no HParams field: momentum_coefficient" in str(raised.value)
-    assert "HParams fields no flag sets: momentum" in str(raised.value)
-
-
-def test_only_the_declared_fields_may_be_derived():
-    values = hparam_flag_values()
-    with pytest.raises(ValueError, match="derived"):
-        job_hparams.HParams.from_flags(values, **dict(DERIVED, momentum=0.5))
-    with pytest.raises(ValueError, match="derived"):
-        job_hparams.HParams.from_flags(values, num_workers=1, data_format="channels_last")
+def test_resolve_fills_in_what_the_data_the_devices_and_the_cluster_decide():
+    spec = {"ps": ["127.0.0.1:2220"], "chief": ["127.0.0.1:2221"],
+            "worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+    parsed = flags.parse(["--job-dir", "j", "--num-gpus", "0", "--precision", "auto"])
+    resolved = flags.resolve(parsed, cluster.ClusterTask("ps", 0, spec))
+    # The ps trains nothing: auto takes fp32 there without measuring.
+    assert resolved.hparams == dataclasses.replace(
+        parsed.hparams, precision="fp32", num_workers=3, data_format="channels_last",
+        num_train_examples=40000)
+    assert parsed.hparams.precision == "auto"  # what was parsed stays as it was
 
 
 def test_the_flags_module_loads_no_tensorflow():
@@ -242,3 +241,57 @@ def test_the_flags_module_loads_no_tensorflow():
                             universal_newlines=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_a_recipe_sets_its_values_and_the_flags_given_override_them():
+    settings = flags.parse(["--job-dir", "j", "--recipe", "budget", "--num-layers", "8",
+                            "--label-smoothing", "0.2"])
+    hparams = settings.hparams
+    assert (hparams.recipe, hparams.num_layers, hparams.label_smoothing) == ("budget", 8, 0.2)
+    assert (hparams.train_epochs, hparams.train_batch_size, settings.eval_batch_size,
+            hparams.precision, hparams.nesterov, hparams.eval_flips, hparams.eval_shifts) == (
+        30, 64, 500, "auto", True, True, 1)
+    assert (hparams.recipe, hparams.learning_rate_schedule, hparams.weight_decay,
+            hparams.weight_decay_scope, hparams.moving_average_decay) == (
+        "budget", "cosine", 5e-4, "kernels", 0.999)
+
+
+@pytest.mark.parametrize("recipe, given, expected_steps", [
+    ("budget", ["--train-steps", "500"], 500),
+    ("paper", ["--train-epochs", "2"], 2 * (40000 // 128)),
+    ("paper", [], 64000),
+])
+def test_a_run_length_given_replaces_the_recipes_whichever_form_it_takes(
+        recipe, given, expected_steps):
+    # As parsed: the budget recipe's --precision auto is only decided by resolve.
+    hparams = flags.parse(["--job-dir", "j", "--recipe", recipe] + given).hparams
+    assert schedule.last_step(hparams) == expected_steps
+
+
+def test_without_a_recipe_the_trainer_is_the_tutorials_and_says_so_in_hparams():
+    settings = flags.resolve(flags.parse(["--job-dir", "j"]))
+    assert settings.hparams == dataclasses.replace(
+        job_hparams.DEFAULTS, data_format="channels_first")
+    assert job_hparams.DEFAULTS.recipe == "tutorial"
+
+
+@pytest.mark.parametrize("recipe", sorted(recipes.RECIPES))
+def test_a_recipe_names_only_declared_options(recipe):
+    declared = {field.name for field in flags.option_fields()}
+    assert sorted(set(recipes.RECIPES[recipe]) - declared) == []
+
+
+def test_an_unknown_recipe_is_one_line_naming_the_known_ones(base_args):
+    result = run_trainer(*(base_args + ["--recipe", "fast"]))
+    assert_one_line_error(result, 2, "--recipe", "budget", "paper", "tutorial")
+
+
+@pytest.mark.slow
+def test_the_plan_line_and_hparams_json_name_the_recipe(base_args, tmp_path):
+    result = run_trainer(*(base_args + ["--recipe", "paper", "--train-steps", "2",
+                                        "--eval-batch-size", "8"]))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Recipe paper. Training to step 2 " in result.stderr
+    saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
+    assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
+            saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 2)

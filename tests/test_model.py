@@ -383,3 +383,23 @@ def test_towers_share_variables_named_like_the_originals_checkpoints():
 
 if __name__ == "__main__":
     _main(*sys.argv[1:])
+
+
+@pytest.mark.parametrize("zero_init_residual", [False, True])
+def test_zero_init_residual_starts_each_units_last_scale_at_zero_and_no_other(zero_init_residual):
+    with tf.Graph().as_default():
+        make_model(8, zero_init_residual=zero_init_residual).forward_pass(
+            tf.constant(random_images(2)))
+        gammas = [v for v in tf.compat.v1.global_variables() if v.op.name.endswith("/gamma")]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            values = {v.op.name: session.run(v) for v in gammas}
+    # ResNet-8: the first convolution's batch norm, then 3 units of two batch norms each;
+    # the second of each unit is the last before its addition.
+    names = sorted(values, key=lambda name: int(name.rsplit("BatchNorm_", 1)[-1].split("/")[0])
+                   if "BatchNorm_" in name else 0)
+    assert len(names) == 7
+    last_in_unit = set(names[2::2])
+    for name in names:
+        expected = 0.0 if zero_init_residual and name in last_in_unit else 1.0
+        assert np.all(values[name] == expected), name

@@ -500,3 +500,18 @@ def test_eval_shifts_average_the_shifted_images_and_their_mirrors():
     np.testing.assert_allclose(averaged["probabilities"], mean, rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(averaged["classes"], mean.argmax(axis=1))
     assert averaged["loss"] == pytest.approx(plain[0]["loss"], rel=1e-6)
+
+
+def test_shift_learning_rate_factor_multiplies_the_batch_norm_shift_gradients_alone():
+    with tf.Graph().as_default():
+        beta = tf.compat.v1.get_variable("resnet/BatchNorm/beta", initializer=[0.0])
+        gamma = tf.compat.v1.get_variable("resnet/BatchNorm/gamma", initializer=[1.0])
+        kernel = tf.compat.v1.get_variable("resnet/conv2d/kernel", initializer=[1.0])
+        gradvars = [(tf.constant([2.0]), beta), (tf.constant([3.0]), gamma),
+                    (tf.constant([5.0]), kernel)]
+        scaled = model_fn.scale_shift_gradients(gradvars, 4.0)
+        with tf.compat.v1.Session() as session:
+            values = session.run([gradient for gradient, _ in scaled])
+    assert [variable for _, variable in scaled] == [beta, gamma, kernel]
+    assert [float(value[0]) for value in values] == [8.0, 3.0, 5.0]
+    assert model_fn.scale_shift_gradients(gradvars, 1.0) is gradvars

@@ -8,18 +8,22 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.training import schedule
 
 
-def learning_rates_at(steps, base, num_train_examples, global_batch_size, **fields):
-    hparams = job_hparams.HParams(learning_rate=base, num_train_examples=num_train_examples,
-                                  train_batch_size=global_batch_size, **fields)
+def rates(hparams, steps):
+    """The rate at each global step of `steps`: the tensor the trainer's optimizer reads."""
     with tf.Graph().as_default():
         step = tf.compat.v1.placeholder(tf.int64, [])
         rate = schedule.learning_rate_tensor(hparams, step)
         with tf.compat.v1.Session() as session:
-            rates = [session.run(rate, {step: s}) for s in steps]
-    # The log and the tests read the same schedule as plain numbers.
-    np.testing.assert_allclose([schedule.learning_rate_at(hparams, s) for s in steps], rates,
-                               rtol=1e-6, atol=1e-7)  # the tensor computes in float32
-    return rates
+            return [float(session.run(rate, {step: s})) for s in steps]
+
+
+def rate(hparams, step):
+    return rates(hparams, [step])[0]
+
+
+def learning_rates_at(steps, base, num_train_examples, global_batch_size, **fields):
+    return rates(job_hparams.HParams(learning_rate=base, num_train_examples=num_train_examples,
+                                     train_batch_size=global_batch_size, **fields), steps)
 
 
 def test_learning_rate_drops_at_epochs_82_123_300_of_the_global_batch():
@@ -105,7 +109,7 @@ def test_smooth_shapes_fall_from_the_base_rate_to_exactly_0_at_the_last_step(sha
     rates = learning_rates_at(steps, 0.1, 1000, 100, train_epochs=10,
                               learning_rate_schedule=shape)
     np.testing.assert_allclose(rates, expected, rtol=1e-5, atol=1e-8)
-    assert schedule.learning_rate_at(hparams, 100) == 0.0
+    assert rate(hparams, 100) == 0.0
 
 
 @pytest.mark.parametrize("shape, after_warmup", [
@@ -126,7 +130,7 @@ def test_warm_up_rises_linearly_to_the_base_rate_then_the_shape_follows(shape, a
 
 def test_smooth_shapes_work_with_train_steps_too():
     hparams = job_hparams.HParams(train_steps=40, learning_rate_schedule="linear")
-    assert schedule.learning_rate_at(hparams, 20) == pytest.approx(0.05)
+    assert rate(hparams, 20) == pytest.approx(0.05)
     assert schedule.never_drops_warning(hparams) is None  # only the piecewise drops can be missed
 
 
@@ -149,8 +153,8 @@ def test_every_shape_counts_the_global_steps_of_a_cluster(sync, last):
     hparams = shaped("cosine", 1, num_workers=2, sync=sync)
     assert schedule.last_step(hparams) == last
     assert schedule.warmup_steps(hparams) == last // 10
-    assert schedule.learning_rate_at(hparams, last) == 0.0
-    assert schedule.learning_rate_at(hparams, last // 10) == pytest.approx(0.1)
+    assert rate(hparams, last) == 0.0
+    assert rate(hparams, last // 10) == pytest.approx(0.1)
 
 
 def test_train_steps_with_named_drops_is_the_papers_schedule_exactly():

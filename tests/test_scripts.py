@@ -1,12 +1,16 @@
 """The set-up scripts: Python version check and the offline --synthetic run, for real."""
 
+import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
+import cifar_archives
 from cli_helpers import REPO_ROOT, cli_env
 
 SETUP_AND_RUN = os.path.join(REPO_ROOT, "scripts", "setup_and_run.sh")
@@ -54,3 +58,40 @@ def test_unreachable_server_points_to_the_offline_path(tmp_path):
     assert "cannot download" in result.stderr
     assert "--synthetic" in result.stderr
     assert not (tmp_path / "data" / "train.tfrecords").exists()
+
+
+@pytest.mark.slow
+def test_without_a_gpu_the_one_command_trains_the_budget_recipe_and_says_so(tmp_path):
+    # An official-format archive of 500 images a batch: 2000 to train on, 500 to validate
+    # and 500 to test, which the budget recipe's evaluation batch of 500 divides.
+    data_dir, job_dir = tmp_path / "data", tmp_path / "job"
+    data_dir.mkdir()
+    cifar_archives.write_archive_with_md5(
+        str(data_dir / cifar_archives.ARCHIVE_NAME), cifar_archives.make_batches(500, seed=3))
+    env = cli_env({"VENV_DIR": sys.prefix, "PYTHON": sys.executable,
+                   "CUDA_VISIBLE_DEVICES": ""})
+    process = subprocess.Popen(
+        ["bash", SETUP_AND_RUN, "--data-dir", str(data_dir), "--job-dir", str(job_dir)],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        universal_newlines=True, start_new_session=True)
+    seen = []
+    try:
+        # The trainer's plan line comes once its flags, data and hparams.json are settled:
+        # what was chosen is known by then, so the run is stopped there.
+        deadline = time.time() + 300
+        for line in process.stderr:
+            seen.append(line)
+            if "Recipe " in line or time.time() > deadline:
+                break
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    text = "".join(seen)
+    assert "No GPU found: training the budget recipe" in text, text[-3000:]
+    assert "bash scripts/setup_and_run.sh -- --num-gpus 0" in text
+    # 30 epochs of 2000 images at 64 a step (31 whole steps an epoch).
+    assert "Recipe budget. Training to step 930 (30.0 epochs of 2000 examples" in text, text[-3000:]
+    saved = json.loads((job_dir / "hparams.json").read_text())["hparams"]
+    assert saved["recipe"] == "budget"
+    assert saved["num_layers"] == 20 and saved["train_epochs"] == 30
+    assert saved["precision"] in ("fp32", "bf16")  # auto resolved

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator.training import job_dir_lock
 from cli_helpers import run_module, start_module
 
 MODULE = "cifar10_estimator.main"
@@ -255,6 +256,9 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
         process.wait()
     killed_at = resume_step(job_dir)
     assert killed_at < 400, "training finished before it could be killed"
+    # Its lock file stays behind naming it; the lock itself died with it.
+    with open(str(job_dir / job_dir_lock.LOCK_FILENAME)) as stream:
+        assert json.load(stream)["pid"] == process.pid
 
     result = run_module(MODULE, args)
     exited_at = time.time()

@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from cifar10_estimator import cli
+from cifar10_estimator.serving.options import shared
 
 BATCH_SIZE = 100
 WARMUP_CALLS = 5
@@ -71,9 +72,8 @@ def build_parser():
     parser.add_argument("--job-dir", required=True,
                         help="a job dir (its newest export under export/best, else "
                              "export/latest), or an export")
-    parser.add_argument("--data-dir", required=True,
-                        help="TFRecords of generate_tfrecords: the eval subset is the test "
-                             "set, validation images calibrate int8")
+    # The eval subset is the test set; validation images calibrate int8.
+    cli.add_options(parser, shared("data_dir"), required=True)
     parser.add_argument("--work-dir", metavar="DIR",
                         help="where the converted files are written and kept (default: a "
                              "temporary directory, removed afterwards)")
@@ -179,7 +179,8 @@ def measure(job_dir, data_dir, work_dir, args, say=print):
     import tensorflow as tf
 
     from cifar10_estimator import cifar10
-    from cifar10_estimator.benchmarks import machine
+    from cifar10_estimator.benchmarks import host
+    from cifar10_estimator.data import tfrecord_format
     from cifar10_estimator.serving import runtimes
 
     num_threads = args.threads or runtimes.cpu_threads()
@@ -188,11 +189,12 @@ def measure(job_dir, data_dir, work_dir, args, say=print):
         # (by default one thread per CPU).
         tf.config.threading.set_intra_op_parallelism_threads(num_threads)
         tf.config.threading.set_inter_op_parallelism_threads(num_threads)
-    facts = {"machine": machine.describe_machine(), "num_threads": num_threads,
-             "load_average_start": machine.load_average()}
-    meter = machine.BackgroundCpuMeter()
+    facts = {"machine": host.describe_machine(), "num_threads": num_threads,
+             "load_average_start": host.load_average()}
+    meter = host.BackgroundCpuMeter()
     saved_model = runtimes.SavedModelRunner(job_dir)
     conversions = convert_all(saved_model.path, data_dir, work_dir, args.calibration_images, say)
+    tfrecord_format.check_tfrecords(data_dir, "eval")
     images, labels = cifar10.Cifar10DataSet(data_dir, "eval",
                                             use_distortion=False).read_all_examples()
     models = [(saved_model, "SavedModel", directory_bytes(saved_model.path))] + [
@@ -203,7 +205,7 @@ def measure(job_dir, data_dir, work_dir, args, say=print):
     time_in_rounds(models, results, images, args, say)
     facts.update(export_dir=saved_model.path, data_dir=data_dir,
                  num_calibration_images=conversions["tflite-int8"].num_calibration_images,
-                 load_average_end=machine.load_average(),
+                 load_average_end=host.load_average(),
                  background_cpu_share=meter.share())
     return results, facts
 
@@ -214,7 +216,7 @@ def _size(num_bytes):
 
 def markdown(results, facts, command, args):
     """The results as Markdown: what ran where, then the table."""
-    from cifar10_estimator.benchmarks import machine
+    from cifar10_estimator.benchmarks import host
     from cifar10_estimator.serving import runtimes
 
     reference = results[0]
@@ -226,7 +228,7 @@ def markdown(results, facts, command, args):
                                          reference.num_examples,
                                          facts["num_calibration_images"]),
         "- Date: %s; CPU: %s, %d logical CPUs" % (
-            facts["machine"]["date"], machine.cpu_identity(facts["machine"]),
+            facts["machine"]["date"], host.cpu_identity(facts["machine"]),
             facts["machine"]["logical_cpus"]),
         "- Timing: %s per runtime; median of %d rounds, runtimes in alternating order; "
         "latency: median of %d calls on one image; throughput: %d calls on %d images"

@@ -14,7 +14,7 @@ measurement and the ratios against their targets):
   5. generate_tfrecords against the original conversion, on a 60000-image archive in
      the official format (benchmark_conversion);
   6. FLOPs per example counted from the graph (benchmark_flops) x examples/sec, as a
-     fraction of the FP32 peak derived from the CPU (benchmark_machine), or of its bf16
+     fraction of the FP32 peak derived from the CPU (benchmarks.host), or of its bf16
      peak for bf16 runs, and the peak resident memory of every run;
   7. --precision bf16 against fp32, for the trainer and for Keras (mixed_bfloat16), where
      the CPU has bfloat16 instructions; fp16 only runs on GPUs, which this CPU benchmark
@@ -140,7 +140,7 @@ def main(argv):
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    from cifar10_estimator.benchmarks import report
+    from cifar10_estimator.benchmarks import markdown
 
     json_path = os.path.join(args.output_dir, JSON_FILENAME)
     markdown_path = os.path.join(args.output_dir, MARKDOWN_FILENAME)
@@ -148,8 +148,8 @@ def main(argv):
         json.dump(results, stream, indent=2)
         stream.write("\n")
     with open(markdown_path, "w") as stream:
-        stream.write(report.markdown(results))
-    print(report.summary(results))
+        stream.write(markdown.markdown(results))
+    print(markdown.summary(results))
     print("wrote %s and %s" % (json_path, markdown_path))
 
 
@@ -163,13 +163,13 @@ def _percent(share):
 
 def run_benchmarks(mode, work_dir, command):
     """Run every section of `mode` in work_dir; returns the results as a JSON-ready dict."""
-    from cifar10_estimator.benchmarks import machine
+    from cifar10_estimator.benchmarks import host
 
-    started, meter = time.time(), machine.BackgroundCpuMeter()
+    started, meter = time.time(), host.BackgroundCpuMeter()
     results = {"command": command, "mode": mode.name, "settings": dataclasses.asdict(mode),
-               "load_average_start": machine.load_average(),
-               "machine": machine.describe_machine(), "precisions": precisions_measured()}
-    _say("measuring on %s" % machine.cpu_identity(results["machine"]))
+               "load_average_start": host.load_average(),
+               "machine": host.describe_machine(), "precisions": precisions_measured()}
+    _say("measuring on %s" % host.cpu_identity(results["machine"]))
     for name, note in results["precisions"].items():
         _say("--precision %s: %s" % (name, note))
     data_dir = os.path.join(work_dir, "data")
@@ -181,7 +181,7 @@ def run_benchmarks(mode, work_dir, command):
     results["training"] = training_section(mode, training_data_dir, work_dir,
                                            results["precisions"]["bf16"] == "measured")
     results["comparisons"] = comparisons(results)
-    results["load_average_end"] = machine.load_average()
+    results["load_average_end"] = host.load_average()
     results["background_cpu_share"] = meter.share()
     results["duration_secs"] = time.time() - started
     return results

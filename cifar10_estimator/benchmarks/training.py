@@ -31,7 +31,7 @@ import threading
 import time
 
 from cifar10_estimator.benchmarks import keras_peer
-from cifar10_estimator.benchmarks import machine
+from cifar10_estimator.benchmarks import host
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 HOOK_LINE = re.compile(r"Average examples/sec: [0-9.e+]+ \(([0-9.e+]+)\), step = (\d+)")
@@ -183,9 +183,9 @@ class _Child:
 
     def sample_memory(self):
         """Update max_rss_mb from the process's peak so far; False once it has exited."""
-        if machine.has_exited(self.process.pid):
+        if host.has_exited(self.process.pid):
             return False
-        peak = machine.peak_rss_mb(self.process.pid)
+        peak = host.peak_rss_mb(self.process.pid)
         if peak is not None:
             self.max_rss_mb = max(peak, self.max_rss_mb or 0.0)
         return True
@@ -256,15 +256,15 @@ class _Interleaving:
     def take_turn(self, index, batch_size):
         """Resume child `index` for one logged interval; returns (examples/sec, others' share)."""
         child = self.children[index]
-        busy, own = (machine.cpu_busy_secs(),
-                     machine.process_cpu_secs(child.process.pid))
+        busy, own = (host.cpu_busy_secs(),
+                     host.process_cpu_secs(child.process.pid))
         start = time.perf_counter()
         paused_secs = child.resume()
         step, rate = self.next_interval(index)
         child.pause()
         wall_secs = time.perf_counter() - start
-        busy_now, own_now = (machine.cpu_busy_secs(),
-                             machine.process_cpu_secs(child.process.pid))
+        busy_now, own_now = (host.cpu_busy_secs(),
+                             host.process_cpu_secs(child.process.pid))
         examples = batch_size * (step - child.last_step)
         child.last_step = step
         # The child's interval ran from its previous line, including the pause since then.

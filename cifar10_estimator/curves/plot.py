@@ -1,7 +1,8 @@
-"""python -m cifar10_estimator.curves: validation accuracy and learning rate against epochs.
+"""python -m cifar10_estimator.curves: validation accuracy and learning rate against epochs
+or wall-clock minutes.
 
     python -m cifar10_estimator.curves JOB [JOB ...] --output curves.png \
-        [--reference 86.97 "the paper's schedule, 182 epochs (test)"]
+        [--reference 86.97 "the paper's schedule, 182 epochs (test)"] [--x-axis minutes]
 
 TensorBoard stays the live view; this is the picture for a README, a report or a pull
 request: one PNG, each run labelled by how its hyper-parameters differ from the others'.
@@ -17,7 +18,8 @@ from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 MATPLOTLIB_MISSING = ("drawing curves needs matplotlib, which is not installed: "
                       "pip install -e '.[plot]' (or pip install matplotlib)")
-EPOCHS_LABEL = "epochs"
+# --x-axis: what the shared horizontal axis counts.
+X_AXIS_LABELS = {"epochs": "epochs", "minutes": "wall-clock minutes since the run started"}
 ACCURACY_LABEL = "validation accuracy (%)"
 LEARNING_RATE_LABEL = "learning rate"
 
@@ -37,6 +39,10 @@ def build_parser():
     parser.add_argument("--accuracy-min", type=float, default=None, metavar="PERCENT",
                         help="The lowest accuracy the upper panel shows (default: the "
                              "lowest point), to look closely at the end of the runs.")
+    parser.add_argument("--x-axis", choices=sorted(X_AXIS_LABELS), default="epochs",
+                        help="epochs of the training set, or minutes since each run started "
+                             "(time to accuracy; the test result is drawn as a star where "
+                             "the run wrote it, at the end of the whole command).")
     parser.add_argument("--title", default=None, help="The figure's title.")
     return parser
 
@@ -56,23 +62,33 @@ PANELS_HEIGHT = 7.0
 LEGEND_LINE_HEIGHT = 0.22
 
 
-def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None):
-    """The matplotlib Figure: accuracy above, learning rate below, one shared epoch axis,
-    and the legend under both (long labels would hide the curves inside a panel)."""
+def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
+           x_axis="epochs"):
+    """The matplotlib Figure: accuracy above, learning rate below, one shared axis of
+    epochs or minutes (`x_axis`), and the legend under both (long labels would hide the
+    curves inside a panel)."""
+    in_minutes = x_axis == "minutes"
     num_entries = len(runs) + len(references)
     legend_height = LEGEND_LINE_HEIGHT * num_entries + 0.3
     fig, (accuracy_axes, rate_axes) = pyplot.subplots(
         2, 1, sharex=True, figsize=(9, PANELS_HEIGHT + legend_height),
         gridspec_kw={"height_ratios": [3, 1]})
     for run, label in zip(runs, labels):
-        epochs, accuracies = zip(*run.validation_accuracy)
+        positions, accuracies = zip(*(run.validation_accuracy_minutes if in_minutes
+                                      else run.validation_accuracy))
         if run.test_accuracy is not None:
             label = "%s: test %.2f %%" % (label, 100 * run.test_accuracy)
-        line, = accuracy_axes.plot(epochs, [100 * value for value in accuracies],
+            if in_minutes:
+                label += " at %.1f min" % run.test_minutes
+        line, = accuracy_axes.plot(positions, [100 * value for value in accuracies],
                                    marker=".", label=label)
-        if run.learning_rate:
-            rate_epochs, rates = zip(*run.learning_rate)
-            rate_axes.plot(rate_epochs, rates, color=line.get_color())
+        if in_minutes and run.test_accuracy is not None:
+            accuracy_axes.plot([run.test_minutes], [100 * run.test_accuracy], marker="*",
+                               markersize=10, color=line.get_color())
+        rate_points = run.learning_rate_minutes if in_minutes else run.learning_rate
+        if rate_points:
+            rate_positions, rates = zip(*rate_points)
+            rate_axes.plot(rate_positions, rates, color=line.get_color())
     for percent, label in references:
         accuracy_axes.axhline(percent, color="black", linestyle="--", linewidth=1,
                               label="%s: %.2f %%" % (label, percent))
@@ -81,7 +97,7 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None):
         accuracy_axes.set_ylim(bottom=accuracy_min)
     accuracy_axes.grid(alpha=0.3)
     rate_axes.set_ylabel(LEARNING_RATE_LABEL)
-    rate_axes.set_xlabel(EPOCHS_LABEL)
+    rate_axes.set_xlabel(X_AXIS_LABELS[x_axis])
     rate_axes.grid(alpha=0.3)
     if title:
         accuracy_axes.set_title(title)
@@ -120,13 +136,15 @@ def main(argv):
     cli.quiet_tensorflow_logs("3", "ERROR")
     runs = [job_runs.read_run(job_dir) for job_dir in args.job_dirs]
     labels = job_runs.labels(runs)
-    fig = figure(pyplot, runs, labels, references, args.title, args.accuracy_min)
+    fig = figure(pyplot, runs, labels, references, args.title, args.accuracy_min, args.x_axis)
     save_png(fig, args.output)
     for run, label in zip(runs, labels):
         last_epoch, last_accuracy = run.validation_accuracy[-1]
-        print("%s: %d validation points to epoch %.1f, last %.2f %%%s" % (
-            label, len(run.validation_accuracy), last_epoch, 100 * last_accuracy,
-            "" if run.test_accuracy is None else ", test %.2f %%" % (100 * run.test_accuracy)))
+        last_minutes, _ = run.validation_accuracy_minutes[-1]
+        print("%s: %d validation points to epoch %.1f (%.1f min), last %.2f %%%s" % (
+            label, len(run.validation_accuracy), last_epoch, last_minutes, 100 * last_accuracy,
+            "" if run.test_accuracy is None else ", test %.2f %% at %.1f min" % (
+                100 * run.test_accuracy, run.test_minutes)))
     print("wrote %s" % args.output)
 
 

@@ -8,6 +8,7 @@ import typing
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
+from cifar10_estimator.cli import flag_of
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import schedule
 
@@ -20,7 +21,11 @@ LEARNING_RATE_TAG = "learning_rate"
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One job directory's curves, in epochs of its training set.
+    """One job directory's curves, in epochs of its training set and in wall-clock minutes.
+
+    Minutes count from the run's start (when it wrote hparams.json or its first training
+    summary, whichever came first) to when a value was written; a run stopped and resumed
+    counts the pause too.
 
     Attributes:
       job_dir: where it was read.
@@ -28,6 +33,8 @@ class Run:
       validation_accuracy: [(epoch, accuracy 0..1)] of the evaluations during training.
       learning_rate: [(epoch, rate)] of the training summaries.
       test_accuracy: the one final test evaluation (0..1), None before it ran.
+      validation_accuracy_minutes, learning_rate_minutes: the same values against minutes.
+      test_minutes: when the test result was written, in minutes, or None.
     """
 
     job_dir: str
@@ -35,6 +42,9 @@ class Run:
     validation_accuracy: list
     learning_rate: list
     test_accuracy: typing.Optional[float]
+    validation_accuracy_minutes: list = dataclasses.field(default_factory=list)
+    learning_rate_minutes: list = dataclasses.field(default_factory=list)
+    test_minutes: typing.Optional[float] = None
 
 
 def read_run(job_dir):
@@ -52,16 +62,47 @@ def read_run(job_dir):
             "them when it evaluates a checkpoint on the validation set"
             % (job_dir, VALIDATION_FOLDER))
     rates = _scalar_by_step(job_dir, LEARNING_RATE_TAG)
+    start = _start_time(job_dir)
+    test_path = os.path.join(job_dir, report.TEST_RESULTS_FILENAME)
+    test_accuracy = _test_accuracy(job_dir)
     return Run(job_dir=job_dir, hparams=hparams,
-               validation_accuracy=[(step * epochs_per_step, value)
-                                    for step, value in sorted(validation.items())],
-               learning_rate=[(step * epochs_per_step, value)
-                              for step, value in sorted(rates.items())],
-               test_accuracy=_test_accuracy(job_dir))
+               validation_accuracy=_against(validation, lambda step, _: step * epochs_per_step),
+               learning_rate=_against(rates, lambda step, _: step * epochs_per_step),
+               test_accuracy=test_accuracy,
+               validation_accuracy_minutes=_against(
+                   validation, lambda _, wall_time: (wall_time - start) / 60),
+               learning_rate_minutes=_against(
+                   rates, lambda _, wall_time: (wall_time - start) / 60),
+               test_minutes=None if test_accuracy is None
+               else (os.path.getmtime(test_path) - start) / 60)
+
+
+def _against(values_by_step, x_of):
+    """[(x, value)] in step order, x_of(step, wall time) giving each point's x."""
+    return [(x_of(step, wall_time), value)
+            for step, (wall_time, value) in sorted(values_by_step.items())]
+
+
+def _start_time(job_dir):
+    """When the run started (seconds since the epoch): the earlier of its hparams.json,
+    written before the graph is built, and its first event of any training event file."""
+    import tensorflow as tf
+    times = []
+    hparams_path = os.path.join(job_dir, job_hparams.HPARAMS_FILENAME)
+    if os.path.exists(hparams_path):
+        times.append(os.path.getmtime(hparams_path))
+    for path in glob.glob(os.path.join(job_dir, "events.out.tfevents.*")):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                times.append(event.wall_time)
+                break
+        except tf.errors.DataLossError:
+            pass
+    return min(times)
 
 
 def _scalar_by_step(folder, tag):
-    """{global step: value} of `tag` in the event files directly in `folder`.
+    """{global step: (wall time, value)} of `tag` in the event files directly in `folder`.
 
     A resumed run writes a new event file that may repeat steps: the later file wins.
     """
@@ -73,7 +114,7 @@ def _scalar_by_step(folder, tag):
             for event in tf.compat.v1.train.summary_iterator(path):
                 for value in event.summary.value:
                     if value.tag == tag:
-                        values[event.step] = _scalar_value(value)
+                        values[event.step] = (event.wall_time, _scalar_value(value))
         except tf.errors.DataLossError:
             pass  # the file is still being written: its last record is cut short
     return values
@@ -129,9 +170,9 @@ def _used_values(hparams):
 
 def _as_flag(name, value):
     """How a field's value reads on the trainer's command line, e.g. '--nesterov'."""
-    if name in job_hparams.HParams.DERIVED_FIELDS:
+    if name in job_hparams.DERIVED_FIELDS:
         return "%s %s" % (name.replace("_", " "), value)
-    flag = "--" + name.replace("_", "-")
+    flag = flag_of(name)
     if value is True:
         return flag
     if value is False or value is None:

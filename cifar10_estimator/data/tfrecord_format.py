@@ -6,6 +6,7 @@ Each record is a tf.train.Example with two features, as in the original tutorial
   label: int64, the class index 0..9.
 Beside the TFRecords, a small JSON file records how many examples each file holds; a
 data dir converted without a validation set has neither its file nor its count.
+`check_tfrecords` reads a file once to tell that it is still what was written.
 
 Records are serialized straight from numpy arrays: a tf.train.Example with one
 3072-byte `image` and one small `label` has a fixed wire layout, so every record
@@ -35,6 +36,8 @@ METADATA_FORMAT = "cifar10_estimator.tfrecords/1"
 
 # Records serialized per numpy pass: bounds the extra memory to a few MB.
 _RECORDS_PER_CHUNK = 4096
+# TFRecord framing around each record: its length (8 bytes) and two 4-byte checksums.
+_FRAMING_NUM_BYTES = 16
 
 
 def generate_command(data_dir):
@@ -165,6 +168,9 @@ _TEMPLATE, _IMAGE_START = _example_template()
 _IMAGE_END = _IMAGE_START + IMAGE_NUM_BYTES
 RECORD_NUM_BYTES = len(_TEMPLATE)
 _MAX_ONE_BYTE_LABEL = 0x7F
+# What every record of that layout holds before its image and between image and label.
+_RECORD_PREFIX = _TEMPLATE[:_IMAGE_START].tobytes()
+_RECORD_SUFFIX = _TEMPLATE[_IMAGE_END:-1].tobytes()
 
 
 def serialize_examples(images, labels):
@@ -257,3 +263,75 @@ def write_tfrecords(path, images, labels):
     temporary, num_examples = write_temporary_tfrecords(path, [(images, labels)])
     os.replace(temporary, path)
     return num_examples
+
+
+def check_tfrecords(data_dir, subset):
+    """Read the TFRecord file of `subset` once; raise unless it is whole and as converted.
+
+    Each record must pass its checksums and be a CIFAR-10 example (one image of
+    IMAGE_NUM_BYTES bytes, one label 0..9); the records must fill the file; and their
+    number must be the one the metadata file records, where there is one. TensorFlow's
+    reader would otherwise fail inside training with a trace that names no file, or
+    stop without a word where the file was cut (the count tells a cut at a record's
+    boundary). Reading the file costs a fraction of decoding it (see
+    docs/troubleshooting.md).
+
+    Raises:
+      Cifar10EstimatorError: "<file>: <what is wrong>; regenerate the data with: <command>".
+    """
+    path = tfrecord_path(data_dir, subset)
+    num_records, fault = _read_records(path)
+    expected = (read_num_examples(data_dir) or {}).get(subset)
+    if fault is None and expected is not None and num_records != expected:
+        fault = "holds %d records, the metadata says %d (%s)" % (
+            num_records, expected, metadata_path(data_dir))
+    if fault:
+        raise Cifar10EstimatorError("%s: %s; regenerate the data with: %s"
+                                    % (path, fault, generate_command(data_dir)))
+
+
+def _read_records(path):
+    """(number of records, None) of a sound TFRecord file of CIFAR-10 examples, else
+    (records before the first fault, what the fault is)."""
+    import tensorflow as tf
+    num_records = offset = 0
+    try:
+        for record in tf.compat.v1.io.tf_record_iterator(path):
+            if not _is_cifar10_record(record):
+                return num_records, (
+                    "record %d (at byte %d) is not a CIFAR-10 example of a %d-byte image and a "
+                    "label 0..%d" % (num_records, offset, IMAGE_NUM_BYTES,
+                                     cifar10_facts.NUM_CLASSES - 1))
+            num_records += 1
+            offset += len(record) + _FRAMING_NUM_BYTES
+    except tf.errors.DataLossError as error:
+        # TensorFlow's words: "truncated record" where the file ends inside a record's
+        # data, "corrupted record" where a checksum fails.
+        if error.message.startswith("truncated"):
+            return num_records, "truncated record at byte %d (the file ends inside it)" % offset
+        return num_records, "corrupted record at byte %d (a checksum fails)" % offset
+    except tf.errors.OpError as error:
+        return num_records, "cannot read it (%s)" % error.message
+    if offset != tf.io.gfile.stat(path).length:
+        # Where the file ends inside a record's header, the reader stops without a word.
+        return num_records, "truncated record at byte %d (the file ends inside it)" % offset
+    return num_records, None
+
+
+def _is_cifar10_record(record):
+    """Whether a serialized record is an Example of one CIFAR-10 image and label."""
+    if (len(record) == RECORD_NUM_BYTES and record.startswith(_RECORD_PREFIX)
+            and record[_IMAGE_END:-1] == _RECORD_SUFFIX):
+        # The layout this module writes (see serialize_examples): the label byte is all
+        # that varies, besides the image. Parsing every record would double the check.
+        return record[-1] < cifar10_facts.NUM_CLASSES
+    import tensorflow as tf
+    from google.protobuf.message import DecodeError
+    try:
+        features = tf.train.Example.FromString(record).features.feature
+    except DecodeError:
+        return False
+    images = features[IMAGE_KEY].bytes_list.value
+    labels = features[LABEL_KEY].int64_list.value
+    return (len(images) == 1 and len(images[0]) == IMAGE_NUM_BYTES
+            and len(labels) == 1 and 0 <= labels[0] < cifar10_facts.NUM_CLASSES)

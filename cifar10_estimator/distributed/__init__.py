@@ -1,1 +1,4 @@
-"""TF_CONFIG clusters: the task this process runs, ps watchdog, evaluator loop, local launcher."""
+"""TF_CONFIG clusters: the task this process runs, the ps watchdog, the local launcher.
+
+The evaluator task's loop is checkpoint_evaluation.evaluate_until_final.
+"""

@@ -52,6 +52,16 @@ class ClusterTask:
         return self.task_type in TRAINER_JOBS
 
     @property
+    def writes_checkpoints(self):
+        """Whether the task writes the job dir's checkpoints: the chief (or master) alone."""
+        return self.task_type in (CHIEF, MASTER)
+
+    @property
+    def evaluates(self):
+        """Whether the task evaluates: the evaluator, or a master (in its own process)."""
+        return self.task_type in (MASTER, EVALUATOR)
+
+    @property
     def builds_towers(self):
         """Whether the task builds the towers: every task but a ps, which only serves variables."""
         return self.task_type != PS

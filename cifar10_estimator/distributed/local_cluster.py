@@ -295,8 +295,9 @@ def validate_trainer_flags(trainer_args):
       UsageError: naming the flag at fault.
     """
     try:
-        _, args = trainer_flags.parse(trainer_args)
-        trainer_flags.validate(args)
+        settings = trainer_flags.parse(trainer_args)
+        trainer_flags.quiet_tensorflow_logs()  # before validate loads TensorFlow
+        trainer_flags.validate(settings)
     except UsageError as error:
         raise UsageError("trainer flags (after --): %s" % error)
 

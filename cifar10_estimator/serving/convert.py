@@ -32,11 +32,12 @@ import uuid
 import numpy as np
 
 from cifar10_estimator import cifar10
-from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, positive_int,
                                    quiet_tensorflow_logs, run_command,
                                    stderr_dropped_on_success)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import runtimes
+from cifar10_estimator.serving.options import shared
 
 CALIBRATION_SUBSET = "validation"
 # Calibration records each activation's min and max over these images: a few hundred
@@ -104,20 +105,16 @@ def build_parser():
                     "training to a TensorFlow Lite (float or int8) or ONNX file, and check "
                     "it in its runtime against the SavedModel.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--export-dir", required=True,
-                        help="An export (JOB/export/best/<timestamp>), a directory of "
-                             "timestamped exports (its newest), or a job dir (the newest "
-                             "export under export/best, else export/latest).")
+    add_options(parser, shared("export_dir"), required=True)
     parser.add_argument("--to", required=True, choices=list(TARGETS),
                         help="tflite: float32; tflite-int8: int8 weights and activations, "
                              "calibrated on validation images (needs --data-dir); onnx: "
                              "float32 (needs pip install -e '.[onnx]').")
     parser.add_argument("--output", required=True, metavar="FILE",
                         help="The file to write, ending in .tflite or .onnx as --to.")
-    parser.add_argument("--data-dir",
-                        help="TFRecords written by generate_tfrecords: the first images of "
-                             "their validation subset calibrate tflite-int8 and check "
-                             "every file (default for float files: random images).")
+    # The first images of its validation subset calibrate tflite-int8 and check every
+    # file (without it, float files are checked on random images).
+    add_options(parser, shared("data_dir"))
     parser.add_argument("--calibration-images", type=positive_int,
                         default=DEFAULT_CALIBRATION_IMAGES, metavar="N",
                         help="Validation images that calibrate tflite-int8 (all of them "
@@ -140,10 +137,13 @@ def validation_images(data_dir, count):
     """The first `count` images of the validation subset (all if it holds fewer).
 
     Raises:
-      Cifar10EstimatorError: data_dir has no validation TFRecords, or they hold no image.
+      Cifar10EstimatorError: data_dir has no validation TFRecords, they are damaged (see
+        tfrecord_format.check_tfrecords), or they hold no image.
     """
-    images, _ = cifar10.Cifar10DataSet(data_dir, CALIBRATION_SUBSET,
-                                       use_distortion=False).read_all_examples()
+    from cifar10_estimator.data import tfrecord_format
+    dataset = cifar10.Cifar10DataSet(data_dir, CALIBRATION_SUBSET, use_distortion=False)
+    tfrecord_format.check_tfrecords(data_dir, CALIBRATION_SUBSET)
+    images, _ = dataset.read_all_examples()
     if not len(images):
         raise Cifar10EstimatorError("the %s subset of %s holds no images to calibrate or "
                                     "check on" % (CALIBRATION_SUBSET, data_dir))

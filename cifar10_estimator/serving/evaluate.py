@@ -8,8 +8,8 @@ With --job-dir the network is rebuilt from job-dir/hparams.json (written by trai
 and restored from the latest checkpoint of the job dir, or --checkpoint. Predictions
 are those of the exported model (argmax over the 10 real classes, see
 model_fn._predictions): with the weights' moving averages if training kept them
-(--moving-average-decay), and averaged over each image and its mirror if it evaluated
-so (--eval-flips).
+(--moving-average-decay), and averaged over each image's mirror and shifted views if
+it evaluated so (--eval-flips, --eval-shifts).
 With --model the predictions are those of a .tflite or .onnx file written by
 convert.py, run by its own runtime (the TensorFlow Lite interpreter, ONNX Runtime), or
 of an export's serving_default signature run by TensorFlow (runtimes.py).
@@ -23,9 +23,10 @@ import numpy as np
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
-from cifar10_estimator.cli import (ArgumentParser, first_line, positive_int,
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, positive_int,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving.options import shared
 
 
 def build_parser():
@@ -34,16 +35,9 @@ def build_parser():
                     "example of a subset once: overall and per-class accuracy and the "
                     "confusion matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--job-dir",
-                       help="Directory training wrote (checkpoints and hparams.json).")
-    model.add_argument("--model", metavar="FILE",
-                       help="A .tflite or .onnx file written by "
-                            "cifar10_estimator.serving.convert, run by its runtime; or an "
-                            "export (JOB/export/best/<timestamp>, or as predict's "
-                            "--export-dir), its serving_default run by TensorFlow.")
-    parser.add_argument("--data-dir", required=True,
-                        help="Directory with the TFRecords written by generate_tfrecords.")
+    add_options(parser.add_mutually_exclusive_group(required=True),
+                shared("job_dir", "model"))
+    add_options(parser, shared("data_dir"), required=True)
     parser.add_argument("--subset", choices=["eval", "validation"], default="eval",
                         help="Which examples to evaluate.")
     parser.add_argument("--checkpoint", metavar="PATH",
@@ -99,12 +93,16 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
       (predicted, labels): two int64 numpy arrays [num_examples].
 
     Raises:
-      Cifar10EstimatorError: missing data, or a checkpoint that does not fit the model.
+      Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords),
+        or a checkpoint that does not fit the model.
     """
     import tensorflow as tf
     from cifar10_estimator import cifar10, model_fn
+    from cifar10_estimator.data import tfrecord_format
 
     dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
+    # A file cut short would otherwise be read round again to fill the count.
+    tfrecord_format.check_tfrecords(data_dir, subset)
     num_examples = dataset.num_examples_per_epoch()
     batch_size = min(batch_size, num_examples)
     num_batches = -(-num_examples // batch_size)
@@ -140,11 +138,13 @@ def predict_subset_with_model(model, data_dir, subset, batch_size):
       (predicted, labels): two int64 numpy arrays [num_examples], in file order.
 
     Raises:
-      Cifar10EstimatorError: missing data.
+      Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords).
     """
+    from cifar10_estimator.data import tfrecord_format
     from cifar10_estimator.serving import runtimes
-    images, labels = cifar10.Cifar10DataSet(data_dir, subset,
-                                            use_distortion=False).read_all_examples()
+    dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
+    tfrecord_format.check_tfrecords(data_dir, subset)
+    images, labels = dataset.read_all_examples()
     predicted = runtimes.predict_in_batches(model, images, batch_size)["classes"]
     return predicted.astype(np.int64), labels
 

@@ -6,6 +6,10 @@ Training exports SavedModels through the EvalSpec's exporters, after evaluations
     job-dir/export/best/<timestamp>/     the model of the most accurate evaluation so far
                                          (the earliest of equals), across restarts
 
+An export is written into a temp-<timestamp>/ directory beside them and renamed when
+complete; the exporters here delete what a killed or failed export left there, and
+resolve_export_dir only ever picks a complete, timestamped export.
+
 Each export has two signatures over one copy of the network:
   serving_default              images: uint8 [N, 32, 32, 3], raw RGB pixels in NHWC;
   image_bytes:serving_default  image_bytes: string [N], encoded PNG/JPEG/GIF/BMP files of
@@ -26,6 +30,9 @@ LATEST_EXPORTER_NAME = "latest"
 BEST_EXPORTER_NAME = "best"
 LATEST_EXPORTS_TO_KEEP = 3
 BEST_EXPORTS_TO_KEEP = 1
+
+# tf.estimator's name of an export being written (export_lib.get_temp_export_dir).
+_UNFINISHED_EXPORT_PREFIX = "temp-"
 
 IMAGES_KEY = "images"
 IMAGE_BYTES_KEY = "image_bytes"
@@ -113,16 +120,55 @@ def best_accuracy_before(eval_dir, global_step):
     return max(accuracies, default=None)
 
 
+class CompleteExportsExporter(tf.estimator.Exporter):
+    """Runs an exporter and leaves only complete exports in its directory.
+
+    tf.estimator writes each export into export_path/temp-<timestamp>/ and renames it
+    to <timestamp>/ when complete: an export killed or failed on the way leaves that
+    directory behind, which also blocks a later export of the same second. This process
+    is the job dir's only exporter (the trainer holds the job dir; a cluster has one
+    evaluator), so any such directory is left over: it goes before each export and
+    after one that failed.
+    """
+
+    def __init__(self, exporter):
+        self._exporter = exporter
+
+    @property
+    def name(self):
+        return self._exporter.name
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result,
+               is_the_final_export):
+        remove_unfinished_exports(export_path)
+        try:
+            return self._exporter.export(
+                estimator, export_path, checkpoint_path, eval_result, is_the_final_export)
+        except BaseException:
+            remove_unfinished_exports(export_path)
+            raise
+
+
+def remove_unfinished_exports(export_path):
+    """Delete the temp-<timestamp> directories of exports in export_path that never finished."""
+    if not tf.io.gfile.isdir(export_path):
+        return
+    for name in tf.io.gfile.listdir(export_path):
+        if name.startswith(_UNFINISHED_EXPORT_PREFIX):
+            tf.io.gfile.rmtree(os.path.join(export_path, name.rstrip("/")))
+
+
 def latest_exporter():
     """The exporter of export/latest: a SavedModel after every evaluation."""
-    return tf.estimator.LatestExporter(
-        LATEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=LATEST_EXPORTS_TO_KEEP)
+    return CompleteExportsExporter(tf.estimator.LatestExporter(
+        LATEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=LATEST_EXPORTS_TO_KEEP))
 
 
 def best_exporter(eval_name):
     """The exporter of export/best, comparing the accuracies of the evaluation `eval_name`."""
-    return BestAccuracyExporter(BEST_EXPORTER_NAME, serving_input_receiver_fn,
-                                exports_to_keep=BEST_EXPORTS_TO_KEEP, eval_name=eval_name)
+    return CompleteExportsExporter(BestAccuracyExporter(
+        BEST_EXPORTER_NAME, serving_input_receiver_fn,
+        exports_to_keep=BEST_EXPORTS_TO_KEEP, eval_name=eval_name))
 
 
 def _timestamped_exports(directory):

@@ -18,9 +18,10 @@ import sys
 import numpy as np
 
 from cifar10_estimator import cifar10
-from cifar10_estimator.cli import (ArgumentParser, first_line, invoked_program,
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invoked_program,
                                    quiet_tensorflow_logs, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving.options import shared
 
 
 def build_parser():
@@ -29,14 +30,8 @@ def build_parser():
                     "a .tflite or .onnx file converted from one. Prints "
                     "PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--export-dir",
-                       help="An export (JOB/export/best/<timestamp>), a directory of "
-                            "timestamped exports (its newest), or a job dir (the newest "
-                            "export under export/best, else export/latest).")
-    model.add_argument("--model", metavar="FILE",
-                       help="A .tflite or .onnx file written by "
-                            "cifar10_estimator.serving.convert, run by its runtime.")
+    add_options(parser.add_mutually_exclusive_group(required=True),
+                shared("export_dir", "model"))
     parser.add_argument("--top-k", type=int, default=1, metavar="K",
                         help="Print the K most probable classes of each image, one line "
                              "each, most probable first.")

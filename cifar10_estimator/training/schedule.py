@@ -1,8 +1,8 @@
 """The learning rate over a run: the step it ends at, and the rate at every step.
 
 Given HParams, this module answers every question about the schedule: the last step,
-the rate at any step (as a tensor for the graph, as plain numbers for the log and the
-tests), and the one line the log prints about it. Nothing else computes a rate.
+the drops, the rate at any step (the tensor the trainer's optimizer reads, which the
+tests evaluate), and the one line the log prints about it. Nothing else computes a rate.
 
 The tutorial trains 80000 global steps and multiplies its base rate by 0.1, 0.01 and
 0.002 after epochs 82, 123 and 300: the ResNet paper's drops at 32k and 48k of its 64k
@@ -16,7 +16,6 @@ then fall over the steps that remain, while piecewise keeps its drops where they
 Imports no TensorFlow until a tensor is asked for, so the flags can name these values.
 """
 
-import bisect
 import math
 
 # The tutorial's run when neither train_steps nor train_epochs is given.
@@ -110,22 +109,6 @@ def _decay_span(hparams):
     """(first, last) step of the smooth shapes' fall: from the warm-up's end to the last step."""
     first = warmup_steps(hparams)
     return first, max(last_step(hparams), first + 1)
-
-
-def learning_rate_at(hparams, step):
-    """The rate at global step `step`, as a float (what learning_rate_tensor computes)."""
-    base = base_learning_rate(hparams)
-    warmup = warmup_steps(hparams)
-    if step < warmup:
-        return base * (step + 1) / warmup
-    if hparams.learning_rate_schedule == "piecewise":
-        boundaries, factors = drops(hparams)
-        return base * factors[bisect.bisect_left(boundaries, step)]
-    first, last = _decay_span(hparams)
-    progress = min(1.0, (step - first) / (last - first))
-    if hparams.learning_rate_schedule == "cosine":
-        return base * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return base * (1.0 - progress)
 
 
 def learning_rate_tensor(hparams, global_step):

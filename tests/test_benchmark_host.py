@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cifar10_estimator.machine import hardware
-from cifar10_estimator.benchmarks import machine
+from cifar10_estimator.benchmarks import host
 from cifar10_estimator.benchmarks import training
 
 AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f"}
@@ -27,7 +27,7 @@ AVX2 = {"sse2", "avx", "avx2", "fma"}
     (set(), "", "", 2),
 ])
 def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, expected):
-    flops, isa = machine.fp32_flops_per_cycle(flags, vendor, family)
+    flops, isa = host.fp32_flops_per_cycle(flags, vendor, family)
     assert flops == expected, isa
 
 
@@ -40,14 +40,14 @@ def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, exp
 ])
 def test_bf16_flops_per_cycle_follow_the_vendors_dot_product_units(flags, fp32_flops, vendor,
                                                                     expected):
-    flops, instructions = machine.bf16_flops_per_cycle(flags, fp32_flops, vendor)
+    flops, instructions = host.bf16_flops_per_cycle(flags, fp32_flops, vendor)
     assert flops == expected, instructions
 
 
 def test_the_machine_names_its_cpu_family_and_both_peaks():
-    described = machine.describe_machine()
+    described = host.describe_machine()
     assert described["cpu_family"] != "unknown"
-    assert described["cpu_family"] in machine.cpu_identity(described)
+    assert described["cpu_family"] in host.cpu_identity(described)
     if described["bf16_peak_gflops"]:
         assert described["bf16_peak_gflops"] == pytest.approx(
             described["fp32_peak_gflops"] * described["bf16_flops_per_cycle_per_core"]
@@ -87,10 +87,10 @@ def test_a_childs_peak_memory_is_its_own(tmp_path):
 
 def test_has_exited_leaves_the_status_to_collect(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
-    while not machine.has_exited(process.pid):
+    while not host.has_exited(process.pid):
         time.sleep(0.01)
-    assert machine.has_exited(process.pid)
-    assert machine.peak_rss_mb(process.pid) is None  # an exited child has no memory
+    assert host.has_exited(process.pid)
+    assert host.peak_rss_mb(process.pid) is None  # an exited child has no memory
     _, status, _ = os.wait4(process.pid, 0)
     assert os.waitstatus_to_exitcode(status) == 3
     process.returncode = 3

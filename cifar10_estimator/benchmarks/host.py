@@ -1,4 +1,4 @@
-"""The machine a benchmark runs on: CPU model, cores, clock, and its FP32 and bf16 peaks.
+"""The host a benchmark runs on: CPU model, cores, clock, and its FP32 and bf16 peaks.
 
 The peak is derived, not measured: cores x clock x FP32 FLOPs per cycle per core, where
 FLOPs per cycle follow from the widest vector ISA in /proc/cpuinfo's flags and assume

@@ -1,6 +1,6 @@
 """The benchmark's results (suite.run_benchmarks) as a Markdown report."""
 
-from cifar10_estimator.benchmarks import machine as benchmark_machine
+from cifar10_estimator.benchmarks import host
 
 
 def _rounds(values, fmt="%.0f"):
@@ -20,7 +20,7 @@ def _machine_lines(results):
         "- Command: `%s`" % results["command"],
         "- Date: %s; took %.1f min" % (machine["date"], results["duration_secs"] / 60),
         "- CPU: %s, %d physical cores usable (%d logical CPUs), %s MHz (%s), %s"
-        % (benchmark_machine.cpu_identity(machine), machine["physical_cores"],
+        % (host.cpu_identity(machine), machine["physical_cores"],
            machine["logical_cpus"],
            "%.0f" % machine["clock_mhz"] if machine["clock_mhz"] else "unknown",
            machine["clock_source"], machine["vector_isa"]),
@@ -123,7 +123,7 @@ def _flops_table(results):
 def summary(results):
     """The targets table under the CPU it was measured on, for the console."""
     return "\n".join(["Targets, measured on %s:"
-                      % benchmark_machine.cpu_identity(results["machine"]), "",
+                      % host.cpu_identity(results["machine"]), "",
                       _targets_table(results)])
 
 
@@ -131,7 +131,7 @@ def markdown(results):
     """The report: machine, targets, then one table per section."""
     training = results["training"]
     conversion = results["conversion"]
-    cpu = benchmark_machine.cpu_identity(results["machine"])
+    cpu = host.cpu_identity(results["machine"])
     parts = [
         "# cifar10_estimator benchmark (%s)" % results["mode"], "",
         "\n".join(_machine_lines(results)), "",
