@@ -4,6 +4,9 @@ The batches are what the original tutorial produced: float32 images [N, 32, 32, 
 with pixel values 0..255 (the model standardises them) and int32 labels [N]; training
 images are zero-padded to 40x40, randomly cropped back to 32x32 (offsets uniform over
 0..8 in each axis) and flipped left-right with probability 1/2, independently per image.
+Two options change that augmentation for short runs (both off by default): crops that
+move the image by fewer pixels (max_shift), and flips that alternate from one epoch to
+the next for each image instead of being drawn anew (alternating_flips).
 
 It is built for throughput rather than record by record like the original:
   - the subset file is read and decoded once, as a single batch, and the decoded
@@ -29,8 +32,9 @@ from cifar10_estimator.data.cifar10_facts import (  # noqa: F401
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 # Training crops come from the image zero-padded by 4 pixels on each side.
-PADDED_HEIGHT = 40
-PADDED_WIDTH = 40
+MAX_SHIFT = 4
+PADDED_HEIGHT = HEIGHT + 2 * MAX_SHIFT
+PADDED_WIDTH = WIDTH + 2 * MAX_SHIFT
 
 # Larger than any CIFAR file, so that batching the records yields the whole file at once.
 _MAX_RECORDS_PER_FILE = 1 << 31
@@ -67,20 +71,31 @@ class Cifar10DataSet:
 
     num_examples_per_epoch = _NumExamplesPerEpoch()
 
-    def __init__(self, data_dir, subset="train", use_distortion=True):
+    def __init__(self, data_dir, subset="train", use_distortion=True, max_shift=MAX_SHIFT,
+                 alternating_flips=False):
         """
         Args:
           data_dir: directory written by generate_tfrecords.
           subset: 'train' (shuffled), 'validation' or 'eval' (both in file order).
           use_distortion: pad/crop/flip the training images; ignored for other subsets.
+          max_shift: training crops move the image by up to this many pixels along each
+            axis (offsets uniform over -max_shift..max_shift), 0..MAX_SHIFT; the
+            original's is MAX_SHIFT.
+          alternating_flips: each training image is mirrored in every other epoch,
+            starting in its first epoch with probability 1/2 (Jordan 2024's
+            "alternating flip"), rather than with probability 1/2 in every epoch.
 
         Raises:
-          ValueError: unknown subset.
+          ValueError: unknown subset, or max_shift out of range.
           Cifar10EstimatorError: data_dir or the subset's TFRecord file is missing.
         """
+        if not 0 <= max_shift <= MAX_SHIFT:
+            raise ValueError("max_shift must be 0..%d, got %r" % (MAX_SHIFT, max_shift))
         self.data_dir = data_dir
         self.subset = subset
         self.use_distortion = use_distortion
+        self.max_shift = max_shift
+        self.alternating_flips = alternating_flips
         self.filename = tfrecord_format.tfrecord_path(data_dir, subset)  # checks the subset
         check_tfrecords_exist(data_dir, [subset])
 
@@ -130,30 +145,43 @@ class Cifar10DataSet:
         images, labels = examples
         order_seed, crop_seed = seeds[0], seeds[1]
         num_examples = tf.shape(labels, out_type=tf.int64)[0]
+        # (indices, epochs) batches: which examples, and the epoch each is served in.
         index_batches = self._epoch_orders(num_examples, order_seed).rebatch(
             batch_size, drop_remainder=True)
         if self.subset == "train" and self.use_distortion:
             padded_images = pad_images(images)
+            first_flips = None
+            if self.alternating_flips:
+                # Each image's flip in its first epoch; it alternates from there.
+                first_flips = tf.random.stateless_uniform(
+                    [num_examples], tf.random.experimental.stateless_fold_in(crop_seed, -1)) < 0.5
 
-            def take_images(batch_number, indices):
+            def take_images(batch_number, indices, epochs):
                 seed = tf.random.experimental.stateless_fold_in(crop_seed, batch_number)
-                return random_crops(padded_images, indices, seed)
+                flips = None
+                if first_flips is not None:
+                    flips = tf.not_equal(tf.gather(first_flips, indices),
+                                         tf.equal(epochs % 2, 1))
+                return random_crops(padded_images, indices, seed, self.max_shift, flips)
         else:
-            def take_images(batch_number, indices):
+            def take_images(batch_number, indices, epochs):
                 return gather_images(images, indices)
         return index_batches.enumerate().map(
-            lambda batch_number, indices: (take_images(batch_number, indices),
-                                           tf.gather(labels, indices)),
+            lambda batch_number, batch: (take_images(batch_number, *batch),
+                                         tf.gather(labels, batch[0])),
             num_parallel_calls=tf.data.AUTOTUNE)
 
     def _epoch_orders(self, num_examples, seed):
-        """An endless dataset of int64 [num_examples] vectors: the example order of each epoch."""
+        """An endless dataset of (int64 [num_examples] order, int64 [num_examples] epoch):
+        the example order of each epoch and the epoch's number, once per example."""
         import tensorflow as tf
         if self.subset != "train":
-            return tf.data.Dataset.from_tensors(tf.range(num_examples)).repeat()
+            return tf.data.Dataset.counter().map(
+                lambda epoch: (tf.range(num_examples), tf.fill([num_examples], epoch)))
         return tf.data.Dataset.counter().map(
-            lambda epoch: tf.random.experimental.stateless_shuffle(
-                tf.range(num_examples), tf.random.experimental.stateless_fold_in(seed, epoch)))
+            lambda epoch: (tf.random.experimental.stateless_shuffle(
+                tf.range(num_examples), tf.random.experimental.stateless_fold_in(seed, epoch)),
+                tf.fill([num_examples], epoch)))
 
 
 def gather_images(images, indices):
@@ -165,12 +193,10 @@ def gather_images(images, indices):
 def pad_images(images):
     """Zero-pad images [N, 32, 32, C] to [N, 40, 40, C], 4 pixels on each side."""
     import tensorflow as tf
-    pad_rows = (PADDED_HEIGHT - HEIGHT) // 2
-    pad_columns = (PADDED_WIDTH - WIDTH) // 2
-    return tf.pad(images, [[0, 0], [pad_rows, pad_rows], [pad_columns, pad_columns], [0, 0]])
+    return tf.pad(images, [[0, 0], [MAX_SHIFT, MAX_SHIFT], [MAX_SHIFT, MAX_SHIFT], [0, 0]])
 
 
-def random_crops(padded_images, indices, seed):
+def random_crops(padded_images, indices, seed, max_shift=MAX_SHIFT, flips=None):
     """Random 32x32 crops, each flipped left-right with probability 1/2, as float32.
 
     The tutorial's training augmentation after padding: crop offsets uniform over 0..8
@@ -180,6 +206,8 @@ def random_crops(padded_images, indices, seed):
       padded_images: [N, 40, 40, C] tensor, as pad_images returns.
       indices: int [B] tensor, which images to crop (repeats allowed).
       seed: int32 or int64 [2] tensor; the same seed gives the same crops.
+      max_shift: offsets are uniform over MAX_SHIFT - max_shift..MAX_SHIFT + max_shift.
+      flips: bool [B] tensor, which crops to mirror; None draws each with probability 1/2.
 
     Returns:
       float32 [B, 32, 32, C].
@@ -188,9 +216,10 @@ def random_crops(padded_images, indices, seed):
     num_crops = tf.shape(indices)[0]
     offset_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     offsets = tf.cast(tf.random.stateless_uniform(
-        [2, num_crops], offset_seed, maxval=PADDED_HEIGHT - HEIGHT + 1, dtype=tf.int32),
-        tf.float32)
-    flip = tf.random.stateless_uniform([num_crops], flip_seed) < 0.5
+        [2, num_crops], offset_seed, minval=MAX_SHIFT - max_shift,
+        maxval=MAX_SHIFT + max_shift + 1, dtype=tf.int32), tf.float32)
+    flip = flips if flips is not None else tf.random.stateless_uniform(
+        [num_crops], flip_seed) < 0.5
     # Nearest-neighbour crop_and_resize at scale 1 is an exact crop that also selects
     # the images, flips (left edge beyond right edge) and casts, in one threaded op.
     # Box edges are pixel centres in units of (size - 1).

@@ -214,6 +214,10 @@ def validate(settings, task=None):
     if hparams.label_smoothing >= 1:
         raise UsageError("--label-smoothing %g leaves the label no more weight than the other "
                          "classes; use a value below 1, e.g. 0.1" % hparams.label_smoothing)
+    if hparams.train_max_shift > cifar10.MAX_SHIFT:
+        raise UsageError("--train-max-shift %d is more than the %d pixels the training "
+                         "images are padded by; use 0..%d" % (
+                             hparams.train_max_shift, cifar10.MAX_SHIFT, cifar10.MAX_SHIFT))
     if hparams.eval_shifts > MAX_EVAL_SHIFT:
         raise UsageError("--eval-shifts %d moves the images too far; use at most %d pixels "
                          "(training crops move them by up to 4)"

@@ -138,6 +138,17 @@ class HParams:
         0.0, "Train towards 1 - F on the label and F spread evenly over the 10 classes. "
              "The evaluation loss stays plain cross entropy.",
         group="optimisation", type=non_negative_float, metavar="F")
+    train_max_shift: int = option(
+        cifar10.MAX_SHIFT, "Training crops move each image by up to P pixels along each axis "
+                           "(uniform over -P..P; 0..%d). %d is the original's pad-4 crop; "
+                           "fewer suit short runs (Jordan 2024 uses 2)." % (
+                               cifar10.MAX_SHIFT, cifar10.MAX_SHIFT),
+        group="optimisation", type=non_negative_int, metavar="P")
+    alternating_flips: bool = option(
+        False, "Mirror each training image in every other epoch, starting with probability "
+               "1/2 in its first (Jordan 2024's alternating flip), instead of with "
+               "probability 1/2 in every epoch (the original).",
+        group="optimisation", action="store_true")
     shift_learning_rate_factor: float = option(
         1.0, "Batch norm's shift (beta) variables learn at F times the learning rate (F x "
              "their gradient, weight decay included).",

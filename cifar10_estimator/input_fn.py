@@ -21,7 +21,8 @@ def split_batch_into_towers(images, labels, num_towers):
     return tf.split(images, num_towers), tf.split(labels, num_towers)
 
 
-def make_tfrecord_input_fn(data_dir, subset, num_towers, batch_size, use_distortion):
+def make_tfrecord_input_fn(data_dir, subset, num_towers, batch_size, use_distortion,
+                           max_shift=cifar10.MAX_SHIFT, alternating_flips=False):
     """An Estimator input_fn reading `subset` from the TFRecords in data_dir.
 
     Args:
@@ -30,13 +31,15 @@ def make_tfrecord_input_fn(data_dir, subset, num_towers, batch_size, use_distort
       num_towers: number of shards each global batch is split into.
       batch_size: global batch size (all towers of this worker together).
       use_distortion: pad/crop/flip augmentation (training only).
+      max_shift, alternating_flips: how it crops and flips (see cifar10.Cifar10DataSet).
 
     Returns:
       A function returning (image_shards, label_shards), built on the CPU.
     """
     def input_fn():
         with tf.device("/cpu:0"):
-            dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion)
+            dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion, max_shift,
+                                             alternating_flips)
             images, labels = dataset.make_batch(batch_size)
             return split_batch_into_towers(images, labels, num_towers)
     return input_fn

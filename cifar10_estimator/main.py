@@ -108,8 +108,10 @@ def make_train_input_fn(settings):
     batch_size = settings.hparams.train_batch_size
     if settings.use_synthetic_data:
         return input_fn.make_synthetic_input_fn(settings.num_towers, batch_size)
-    return input_fn.make_tfrecord_input_fn(settings.data_dir, "train", settings.num_towers,
-                                           batch_size, settings.use_distortion_for_training)
+    return input_fn.make_tfrecord_input_fn(
+        settings.data_dir, "train", settings.num_towers, batch_size,
+        settings.use_distortion_for_training, max_shift=settings.hparams.train_max_shift,
+        alternating_flips=settings.hparams.alternating_flips)
 
 
 def make_eval_input_fn(settings, subset):

@@ -18,12 +18,13 @@ def as_hwc(images_chw_flat):
     return images_chw_flat.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
 
 
-def run_batches(data_dir, subset, batch_size, num_batches, use_distortion=True, seed=1):
+def run_batches(data_dir, subset, batch_size, num_batches, use_distortion=True, seed=1,
+                **augmentation):
     """(images, labels) of num_batches batches, concatenated, read as an input_fn would."""
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(seed)
         images, labels = cifar10.Cifar10DataSet(
-            str(data_dir), subset, use_distortion).make_batch(batch_size)
+            str(data_dir), subset, use_distortion, **augmentation).make_batch(batch_size)
         with tf.compat.v1.Session() as session:
             batches = [session.run([images, labels]) for _ in range(num_batches)]
     return (np.concatenate([b[0] for b in batches]),
@@ -155,6 +156,41 @@ def test_distortion_is_the_tutorials_pad_crop_and_flip_independently_per_image(
     flips = np.array([crop[3] for crop in crops]).reshape(num_batches, batch_size)
     assert abs(flips.mean() - 0.5) < 4 * np.sqrt(0.25 / num_samples)
     assert all(0 < batch_flips.sum() < batch_size for batch_flips in flips)
+
+
+@pytest.mark.parametrize("max_shift", [0, 2])
+def test_a_smaller_max_shift_keeps_crops_within_it_of_the_centre(patterned_data_dir, max_shift):
+    images, _ = run_batches(patterned_data_dir, "train", 96, 8, max_shift=max_shift)
+    crops = [recover_crop(image) for image in images]
+    for image, crop in zip(images, crops):
+        np.testing.assert_array_equal(image, expected_crop(*crop).astype(np.float32))
+    offsets = {(row, column) for _, row, column, _ in crops}
+    allowed = range(4 - max_shift, 4 + max_shift + 1)
+    assert offsets == {(row, column) for row in allowed for column in allowed}
+    flips = [crop[3] for crop in crops]
+    assert 0 < sum(flips) < len(flips)
+
+
+def test_alternating_flips_mirror_each_image_in_every_other_epoch(patterned_data_dir):
+    # 32 images, batches of 16: epoch e is batches 2e and 2e + 1.
+    num_epochs = 6
+    images, _ = run_batches(patterned_data_dir, "train", 16, 2 * num_epochs,
+                            alternating_flips=True)
+    flipped = np.zeros([num_epochs, NUM_PATTERNED_IMAGES], bool)
+    for position, image in enumerate(images):
+        image_id, row, column, is_flipped = recover_crop(image)
+        np.testing.assert_array_equal(
+            image, expected_crop(image_id, row, column, is_flipped).astype(np.float32))
+        flipped[position // NUM_PATTERNED_IMAGES, image_id] = is_flipped
+    assert 0 < flipped[0].sum() < NUM_PATTERNED_IMAGES  # the first epoch's are drawn
+    for epoch in range(1, num_epochs):
+        np.testing.assert_array_equal(flipped[epoch], ~flipped[epoch - 1])
+
+
+def test_a_max_shift_beyond_the_padding_is_refused(tiny_records):
+    data_dir, _ = tiny_records
+    with pytest.raises(ValueError, match="max_shift must be 0..4"):
+        cifar10.Cifar10DataSet(str(data_dir), "train", max_shift=5)
 
 
 def test_a_graph_seed_makes_shuffling_and_augmentation_reproducible(tiny_records):

@@ -93,6 +93,7 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--moving-average-decay", "1"], ["--moving-average-decay", "between 0 and 1", "'1'"]),
     (["--moving-average-decay", "0"], ["--moving-average-decay", "between 0 and 1", "'0'"]),
     (["--eval-shifts", "9"], ["--eval-shifts 9", "at most 8 pixels"]),
+    (["--train-max-shift", "5"], ["--train-max-shift 5", "padded by", "0..4"]),
     (["--weight-decay-scope", "biases"], ["--weight-decay-scope", "'biases'"]),
     (["--seed", "-1"], ["--seed", "-1"]),
 ])
@@ -136,10 +137,10 @@ def test_data_dir_flag_is_required_without_synthetic_data(tmp_path):
     assert_one_line_error(result, 2, "--data-dir", "--use-synthetic-data")
 
 
-def first_training_batch(data_dir, job_dir, distortion):
+def first_training_batch(data_dir, job_dir, distortion, *extra):
     settings = flags.parse(
         ["--data-dir", str(data_dir), "--job-dir", str(job_dir), "--num-gpus", "0",
-         "--train-batch-size", "16", "--use-distortion-for-training", distortion])
+         "--train-batch-size", "16", "--use-distortion-for-training", distortion, *extra])
     train_input_fn = trainer.make_train_input_fn(settings)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         [images], _ = train_input_fn()
@@ -156,6 +157,18 @@ def test_use_distortion_for_training_false_reaches_the_input_pipeline(tmp_path):
 
     assert {image.tobytes() for image in plain} == originals  # shuffled, untouched
     assert sum(image.tobytes() not in originals for image in distorted) > 8
+
+
+def test_train_max_shift_reaches_the_input_pipeline(tmp_path):
+    subsets = cifar_archives.make_tiny_tfrecords(str(tmp_path / "data"), num_train=16)
+    train_images = subsets["train"][0].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    originals_and_mirrors = {image.tobytes() for image in train_images.astype(np.float32)} | {
+        image[:, ::-1].tobytes() for image in train_images.astype(np.float32)}
+
+    unshifted = first_training_batch(tmp_path / "data", tmp_path / "job", "true",
+                                     "--train-max-shift", "0")
+
+    assert {image.tobytes() for image in unshifted} <= originals_and_mirrors
 
 
 def test_a_ps_task_needs_neither_the_gpus_nor_the_data(tmp_path):
