@@ -23,13 +23,15 @@ class ResNetCifar10(model_base.ResNet):
 
     def __init__(self, num_layers, is_training, batch_norm_decay, batch_norm_epsilon,
                  data_format="channels_first", num_classes=ORIGINAL_NUM_CLASSES,
-                 zero_init_residual=False):
+                 zero_init_residual=False, first_conv_kernel=None):
         """Args:
           num_layers: depth 6n + 2 with n >= 1 (20, 32, 44, 56 and 110 in the paper).
           is_training, batch_norm_decay, batch_norm_epsilon, data_format,
             zero_init_residual: see model_base.ResNet.
           num_classes: number of logits; the original's 11 by default (see
             ORIGINAL_NUM_CLASSES).
+          first_conv_kernel: float32 [3, 3, 3, 16] the first convolution's kernel starts
+            from (training.patch_pca); None: He et al.'s random start.
 
         Raises:
           ValueError: num_layers is not 6n + 2, or data_format is unknown.
@@ -38,6 +40,9 @@ class ResNetCifar10(model_base.ResNet):
                          zero_init_residual)
         self.num_units_per_stage = num_units_per_stage(num_layers)
         self.num_classes = num_classes
+        self._first_conv_initializer = (
+            None if first_conv_kernel is None else tf.compat.v1.constant_initializer(
+                first_conv_kernel, verify_shape=True))
 
     def forward_pass(self, x, input_data_format="channels_last"):
         """Logits [batch, num_classes] of the images x (float pixel values 0..255).
@@ -55,7 +60,8 @@ class ResNetCifar10(model_base.ResNet):
             x = tf.transpose(x, to_model_order)
 
         x = x / 128 - 1
-        x = self._conv(x, 3, STAGE_FILTERS[0], 1)
+        x = self._conv(x, 3, STAGE_FILTERS[0], 1,
+                       kernel_initializer=self._first_conv_initializer)
         x = self._batch_norm(x)
         x = self._relu(x)
 

@@ -218,6 +218,9 @@ def validate(settings, task=None):
         raise UsageError("--train-max-shift %d is more than the %d pixels the training "
                          "images are padded by; use 0..%d" % (
                              hparams.train_max_shift, cifar10.MAX_SHIFT, cifar10.MAX_SHIFT))
+    if hparams.patch_pca_init and settings.use_synthetic_data:
+        raise UsageError("--patch-pca-init starts the first convolution from the training "
+                         "images' patches; --use-synthetic-data has none: drop one of them")
     if hparams.eval_shifts > MAX_EVAL_SHIFT:
         raise UsageError("--eval-shifts %d moves the images too far; use at most %d pixels "
                          "(training crops move them by up to 4)"

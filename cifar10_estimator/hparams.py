@@ -69,6 +69,12 @@ class HParams:
                "every unit starts as the identity (Goyal et al. 2017); the original starts "
                "it at 1.",
         group="model", action="store_true")
+    patch_pca_init: bool = option(
+        False, "Start the first convolution's 16 filters as the 8 leading principal "
+               "directions of the training images' 3x3 patches and their negatives, so "
+               "that the batch norm after it whitens the patches (after Jordan 2024's "
+               "whitening initialisation); the original starts them at random.",
+        group="model", action="store_true")
 
     # The run's length and the learning rate over it (training.schedule reads them).
     train_steps: typing.Optional[int] = option(

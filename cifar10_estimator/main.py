@@ -102,6 +102,26 @@ def graph_seed(seed, task=None):
     return seed + 1 + task.task_index
 
 
+def first_conv_kernel(settings, task=None):
+    """The first convolution's starting kernel with --patch-pca-init, else None.
+
+    It is only computed for a trainer that starts a job: a checkpoint already holds the
+    kernel, and the initializer is not run then.
+    """
+    import tensorflow as tf
+    if (not settings.hparams.patch_pca_init or (task and not task.is_trainer)
+            or tf.train.latest_checkpoint(settings.job_dir)):
+        return None
+    from cifar10_estimator import cifar10, cifar10_model
+    from cifar10_estimator.training import patch_pca
+    images, _ = cifar10.Cifar10DataSet(settings.data_dir, "train").read_all_examples()
+    kernel = patch_pca.first_conv_kernel(images, cifar10_model.STAGE_FILTERS[0])
+    tf.compat.v1.logging.info(
+        "--patch-pca-init: the first convolution starts from the principal directions of "
+        "3x3 patches of %d training images", min(len(images), patch_pca.MAX_IMAGES))
+    return kernel
+
+
 def make_train_input_fn(settings):
     """The training input_fn of the settings: TFRecords, or synthetic batches."""
     from cifar10_estimator import input_fn
@@ -169,7 +189,9 @@ def train_and_evaluate(settings, task=None):
     # One per process: it spans the training sessions and the evaluations between them.
     progress = run_progress.RunProgress(last_step, hparams.examples_per_global_step)
     estimator = tf.estimator.Estimator(
-        model_fn=model_fn.make_model_fn(layout, hparams, progress), config=run_config)
+        model_fn=model_fn.make_model_fn(layout, hparams, progress,
+                                        first_conv_kernel(settings, task)),
+        config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
     train_spec = tf.estimator.TrainSpec(
         make_train_input_fn(settings), max_steps=last_step,

@@ -109,15 +109,20 @@ def scale_shift_gradients(gradvars, factor):
             for gradient, variable in gradvars]
 
 
-def _resnet_logits(images, is_training, hparams, precision_policy):
-    """float32 logits; the network computes in the policy's type while training."""
+def _resnet_logits(images, is_training, hparams, precision_policy, first_conv_kernel=None):
+    """float32 logits; the network computes in the policy's type while training.
+
+    first_conv_kernel: where the first convolution's kernel starts (see
+    cifar10_model.ResNetCifar10); None: at random.
+    """
     model = cifar10_model.ResNetCifar10(
         hparams.num_layers,
         is_training=is_training,
         batch_norm_decay=hparams.batch_norm_decay,
         batch_norm_epsilon=hparams.batch_norm_epsilon,
         data_format=hparams.data_format,
-        zero_init_residual=hparams.zero_init_residual)
+        zero_init_residual=hparams.zero_init_residual,
+        first_conv_kernel=first_conv_kernel)
     dtype = mixed_precision.compute_dtype(precision_policy, is_training)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
                                      custom_getter=mixed_precision.float32_variables,
@@ -180,8 +185,11 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
     return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
 
 
-def make_resnet_tower_fn(hparams, precision_policy):
+def make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel=None):
     """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet.
+
+    first_conv_kernel: where the training graph's first convolution starts (None: at
+    random); an evaluation graph restores its variables from a checkpoint.
 
     The loss is the mean cross entropy of the shard plus weight decay over the trainable
     variables --weight-decay-scope names (decayed_variables; all of them, as in the
@@ -190,7 +198,8 @@ def make_resnet_tower_fn(hparams, precision_policy):
     """
     def tower_fn(images, labels, is_training):
         if is_training:
-            logits = _resnet_logits(images, True, hparams, precision_policy)
+            logits = _resnet_logits(images, True, hparams, precision_policy,
+                                    first_conv_kernel)
             probabilities = _class_probabilities(logits)
         else:
             logits, probabilities = _inference(images, hparams, precision_policy)
@@ -343,7 +352,7 @@ def _predict_spec(features, hparams, precision_policy):
         scaffold=_inference_scaffold(hparams))
 
 
-def make_model_fn(layout, hparams, progress=None):
+def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
     """An Estimator model_fn training `hparams` on the towers of `layout`.
 
     Args:
@@ -351,6 +360,8 @@ def make_model_fn(layout, hparams, progress=None):
       hparams: HParams.
       progress: the run's training.progress.RunProgress, for training to log where it is
         and when it ends; None logs no progress.
+      first_conv_kernel: float32 [3, 3, 3, 16], where training starts the first
+        convolution (--patch-pca-init: training.patch_pca); None: at random.
 
     Returns:
       model_fn(features, labels, mode, config) for tf.estimator.Estimator, where
@@ -367,7 +378,8 @@ def make_model_fn(layout, hparams, progress=None):
             with tf.device(layout.consolidation_device):
                 loss_scale = mixed_precision.DynamicLossScale()
         tower_losses, tower_gradvars, tower_probabilities, update_ops = build_towers(
-            features, labels, layout, make_resnet_tower_fn(hparams, precision_policy),
+            features, labels, layout,
+            make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel),
             is_training,
             None if loss_scale is None else loss_scale.scale)
 

@@ -94,6 +94,7 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--moving-average-decay", "0"], ["--moving-average-decay", "between 0 and 1", "'0'"]),
     (["--eval-shifts", "9"], ["--eval-shifts 9", "at most 8 pixels"]),
     (["--train-max-shift", "5"], ["--train-max-shift 5", "padded by", "0..4"]),
+    (["--use-synthetic-data", "--patch-pca-init"], ["--patch-pca-init", "--use-synthetic-data"]),
     (["--weight-decay-scope", "biases"], ["--weight-decay-scope", "'biases'"]),
     (["--seed", "-1"], ["--seed", "-1"]),
 ])
