@@ -112,17 +112,20 @@ class Cifar10DataSet:
         dataset = self.make_dataset(batch_size)
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
-    def read_all_examples(self):
+    def read_all_examples(self, max_examples=None):
         """Every example of the subset once, in file order, as numpy arrays (eager mode).
 
         For feeding a subset to runtimes outside TensorFlow (serving.runtimes).
+
+        Args:
+          max_examples: read only the file's first max_examples; None: all of them.
 
         Returns:
           images: uint8 [N, 32, 32, 3], pixel values 0..255 in HWC order.
           labels: int64 [N].
         """
         import numpy as np
-        for images, labels in _read_whole_file(self.filename):
+        for images, labels in _read_whole_file(self.filename, max_examples):
             return images.numpy(), labels.numpy().astype(np.int64)
         # An empty file batches into no element at all.
         return np.zeros([0, HEIGHT, WIDTH, DEPTH], np.uint8), np.zeros([0], np.int64)
@@ -233,13 +236,16 @@ def random_crops(padded_images, indices, seed, max_shift=MAX_SHIFT, flips=None):
         padded_images, boxes, tf.cast(indices, tf.int32), [HEIGHT, WIDTH], method="nearest")
 
 
-def _read_whole_file(filename):
-    """A one-element dataset: all examples of a TFRecord file, decoded.
+def _read_whole_file(filename, max_examples=None):
+    """A one-element dataset: all examples of a TFRecord file (or its first
+    max_examples), decoded.
 
     Its element is (uint8 [N, 32, 32, 3] images in HWC order, int32 [N] labels).
     """
     import tensorflow as tf
     records = tf.data.TFRecordDataset(filename, buffer_size=_READ_BUFFER_BYTES)
+    if max_examples is not None:
+        records = records.take(max_examples)
     return records.batch(_MAX_RECORDS_PER_FILE).map(_decode_records)
 
 

@@ -114,11 +114,12 @@ def first_conv_kernel(settings, task=None):
         return None
     from cifar10_estimator import cifar10, cifar10_model
     from cifar10_estimator.training import patch_pca
-    images, _ = cifar10.Cifar10DataSet(settings.data_dir, "train").read_all_examples()
+    images, _ = cifar10.Cifar10DataSet(settings.data_dir, "train").read_all_examples(
+        patch_pca.MAX_IMAGES)
     kernel = patch_pca.first_conv_kernel(images, cifar10_model.STAGE_FILTERS[0])
     tf.compat.v1.logging.info(
         "--patch-pca-init: the first convolution starts from the principal directions of "
-        "3x3 patches of %d training images", min(len(images), patch_pca.MAX_IMAGES))
+        "3x3 patches of %d training images", len(images))
     return kernel
 
 

@@ -219,6 +219,14 @@ def test_read_all_examples_gives_each_example_once_as_written(tiny_records, subs
     np.testing.assert_array_equal(labels, written_labels)
 
 
+def test_read_all_examples_can_stop_after_the_first_few(tiny_records):
+    data_dir, subsets = tiny_records
+    written_images, written_labels = subsets["train"]
+    images, labels = cifar10.Cifar10DataSet(str(data_dir), "train").read_all_examples(5)
+    np.testing.assert_array_equal(images, as_hwc(written_images)[:5])
+    np.testing.assert_array_equal(labels, written_labels[:5])
+
+
 def test_read_all_examples_of_an_empty_file_is_empty(tmp_path):
     cifar_archives.write_tfrecords_the_original_way(
         str(tmp_path), {"eval": (np.zeros([0, 3072], np.uint8), np.zeros([0], np.int64))})
