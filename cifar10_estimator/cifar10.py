@@ -40,6 +40,11 @@ PADDED_WIDTH = WIDTH + 2 * MAX_SHIFT
 _MAX_RECORDS_PER_FILE = 1 << 31
 _READ_BUFFER_BYTES = 8 << 20
 
+# Batches assembled at once and kept ready. Fixed rather than tf.data.AUTOTUNE: see
+# _fixed_size_options.
+_PARALLEL_BATCHES = 2
+_PREFETCH_BATCHES = 2
+
 # TensorFlow is imported where it is used: the facts above are needed by command lines
 # that check their flags before TensorFlow loads.
 
@@ -139,9 +144,10 @@ class Cifar10DataSet:
         # streams independent and unaffected by parallel execution order.
         whole_file = tf.data.Dataset.zip((
             _read_whole_file(self.filename), tf.data.Dataset.random().batch(2).batch(2)))
-        return whole_file.flat_map(
+        dataset = whole_file.flat_map(
             lambda examples, seeds: self._batches(examples, seeds, batch_size)
-        ).prefetch(tf.data.AUTOTUNE)
+        ).prefetch(_PREFETCH_BATCHES)
+        return dataset.with_options(_fixed_size_options())
 
     def _batches(self, examples, seeds, batch_size):
         import tensorflow as tf
@@ -172,7 +178,7 @@ class Cifar10DataSet:
         return index_batches.enumerate().map(
             lambda batch_number, batch: (take_images(batch_number, *batch),
                                          tf.gather(labels, batch[0])),
-            num_parallel_calls=tf.data.AUTOTUNE)
+            num_parallel_calls=_PARALLEL_BATCHES)
 
     def _epoch_orders(self, num_examples, seed):
         """An endless dataset of (int64 [num_examples] order, int64 [num_examples] epoch):
@@ -234,6 +240,22 @@ def random_crops(padded_images, indices, seed, max_shift=MAX_SHIFT, flips=None):
         [top, tf.where(flip, right, left), bottom, tf.where(flip, left, right)], axis=1)
     return tf.image.crop_and_resize(
         padded_images, boxes, tf.cast(indices, tf.int32), [HEIGHT, WIDTH], method="nearest")
+
+
+def _fixed_size_options():
+    """tf.data options that turn the autotuner off.
+
+    The autotuner runs a thread per iterator that sleeps between its rounds, for up to a
+    minute once the pipeline is steady, and the iterator's destructor waits for that
+    sleep to end (TensorFlow 2.15): closing the training session after the last step,
+    and each evaluation's, stalled for 15 to 30 seconds at random. A batch here is one
+    gather or one crop_and_resize, about 1 % of a training step, so fixed sizes lose
+    nothing.
+    """
+    import tensorflow as tf
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return options
 
 
 def _read_whole_file(filename, max_examples=None):
