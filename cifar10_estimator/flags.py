@@ -28,6 +28,7 @@ from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import recipes
+from cifar10_estimator.training import schedule
 
 # --eval-shifts: the furthest test-time shift, in pixels, of a 32x32 image.
 MAX_EVAL_SHIFT = 8
@@ -218,6 +219,7 @@ def validate(settings, task=None):
         raise UsageError("--train-max-shift %d is more than the %d pixels the training "
                          "images are padded by; use 0..%d" % (
                              hparams.train_max_shift, cifar10.MAX_SHIFT, cifar10.MAX_SHIFT))
+    _check_low_resolution_side(hparams.low_resolution)
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
                          "images' patches; --use-synthetic-data has none: drop one of them")
@@ -246,6 +248,26 @@ def validate(settings, task=None):
         _check_data_dir(settings.data_dir)
         for subset in dict.fromkeys([periodic_eval_subset(settings), "eval"]):
             _check_eval_batch_size_divides(settings, subset)
+    if builds_towers:
+        _check_low_resolution_ends_before_the_run(
+            dataclasses.replace(hparams, **_run_size(settings, task)))
+
+
+def _check_low_resolution_side(side):
+    if not job_hparams.MIN_LOW_RESOLUTION <= side < cifar10.HEIGHT:
+        raise UsageError("--low-resolution %d: use %d..%d pixels (the images are %d)" % (
+            side, job_hparams.MIN_LOW_RESOLUTION, cifar10.HEIGHT - 1, cifar10.HEIGHT))
+
+
+def _check_low_resolution_ends_before_the_run(hparams):
+    """hparams: with the run's data size and workers (see _run_size)."""
+    end = schedule.last_step(hparams)
+    if hparams.low_resolution_epochs and schedule.low_resolution_steps(hparams) >= end:
+        raise UsageError("--low-resolution-epochs %g covers the whole run (%d steps, %.1f "
+                         "epochs): the last epochs must train at %d pixels, the size it is "
+                         "evaluated at; use fewer" % (
+                             hparams.low_resolution_epochs, end,
+                             end / schedule.steps_per_epoch(hparams), cifar10.HEIGHT))
 
 
 def _check_gpus_present(num_gpus, available):
@@ -297,9 +319,14 @@ def resolve(settings, task=None):
         precision=_resolved_precision(settings, task),
         data_format=settings.data_format or ("channels_first" if settings.num_gpus
                                              else "channels_last"),
-        num_workers=task.num_trainers if task else 1,
-        num_train_examples=tfrecord_format.num_examples(
-            "train", None if settings.use_synthetic_data else settings.data_dir)))
+        **_run_size(settings, task)))
+
+
+def _run_size(settings, task):
+    """The HParams fields the data and the cluster decide: what an epoch is in steps."""
+    return dict(num_workers=task.num_trainers if task else 1,
+                num_train_examples=tfrecord_format.num_examples(
+                    "train", None if settings.use_synthetic_data else settings.data_dir))
 
 
 def _resolved_precision(settings, task):

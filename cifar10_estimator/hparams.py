@@ -27,6 +27,8 @@ HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
 
 # Which trainable variables weight decay pulls towards 0 (model_fn.decayed_variables).
 WEIGHT_DECAY_SCOPES = ("all", "kernels")
+# Smallest --low-resolution: the last stage, at a quarter of the side, still sees 2x2.
+MIN_LOW_RESOLUTION = 8
 
 
 def _recipes_help():
@@ -155,6 +157,16 @@ class HParams:
                "1/2 in its first (Jordan 2024's alternating flip), instead of with "
                "probability 1/2 in every epoch (the original).",
         group="optimisation", action="store_true")
+    low_resolution_epochs: float = option(
+        0.0, "Train the first E epochs on the crops shrunk to --low-resolution pixels a "
+             "side (area resize), then the rest at 32 (progressive resizing): the early "
+             "steps cost less, and the network, convolutional up to its global average "
+             "pool, is the same. 0: every step at 32 (the original).",
+        group="optimisation", type=non_negative_float, metavar="E")
+    low_resolution: int = option(
+        24, "Side in pixels of the training images of --low-resolution-epochs "
+            "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10.HEIGHT - 1),
+        group="optimisation", type=int, metavar="S")
     shift_learning_rate_factor: float = option(
         1.0, "Batch norm's shift (beta) variables learn at F times the learning rate (F x "
              "their gradient, weight decay included).",

@@ -131,6 +131,19 @@ def _resnet_logits(images, is_training, hparams, precision_policy, first_conv_ke
     return tf.cast(logits, tf.float32)
 
 
+def _training_resolution(images, hparams):
+    """The training images, area-resized to --low-resolution pixels a side while the
+    global step is below schedule.low_resolution_steps, else as they are. Read from the
+    global step, the switch holds across restarts."""
+    steps = schedule.low_resolution_steps(hparams)
+    if not steps:
+        return images
+    side = hparams.low_resolution
+    return tf.cond(tf.compat.v1.train.get_global_step() < steps,
+                   lambda: tf.image.resize(images, [side, side], method="area"),
+                   lambda: images)
+
+
 def _class_probabilities(logits):
     """Softmax over CIFAR-10's 10 classes: the network's 11th logit is never a label and
     is left out (cifar10_model.class_logits)."""
@@ -198,8 +211,8 @@ def make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel=None):
     """
     def tower_fn(images, labels, is_training):
         if is_training:
-            logits = _resnet_logits(images, True, hparams, precision_policy,
-                                    first_conv_kernel)
+            logits = _resnet_logits(_training_resolution(images, hparams), True, hparams,
+                                    precision_policy, first_conv_kernel)
             probabilities = _class_probabilities(logits)
         else:
             logits, probabilities = _inference(images, hparams, precision_policy)

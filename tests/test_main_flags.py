@@ -96,6 +96,10 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--train-max-shift", "5"], ["--train-max-shift 5", "padded by", "0..4"]),
     (["--use-synthetic-data", "--patch-pca-init"], ["--patch-pca-init", "--use-synthetic-data"]),
     (["--weight-decay-scope", "biases"], ["--weight-decay-scope", "'biases'"]),
+    (["--low-resolution", "32"], ["--low-resolution 32", "8..31"]),
+    (["--low-resolution", "7"], ["--low-resolution 7", "8..31"]),
+    (["--low-resolution-epochs", "1", "--train-steps", "8"],
+     ["--low-resolution-epochs 1", "covers the whole run (8 steps", "use fewer"]),
     (["--seed", "-1"], ["--seed", "-1"]),
 ])
 def test_flag_errors_are_one_line_with_exit_2(base_args, extra, fragments):
@@ -309,3 +313,12 @@ def test_the_plan_line_and_hparams_json_name_the_recipe(base_args, tmp_path):
     saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
     assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
             saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 2)
+
+
+def test_low_resolution_epochs_train_the_first_steps_smaller_and_say_so(base_args):
+    # 64 tiny training images at 8 a step: 8 steps an epoch, so 1.5 epochs are 12 steps.
+    result = run_trainer(*(base_args + ["--train-steps", "20", "--low-resolution-epochs", "1.5",
+                                        "--low-resolution", "16"]))
+    assert result.returncode == 0, result.stderr
+    assert "images 16x16 until step 12 (1.5 epochs), then 32x32" in result.stderr
+    assert "test accuracy" in result.stdout

@@ -515,3 +515,29 @@ def test_shift_learning_rate_factor_multiplies_the_batch_norm_shift_gradients_al
     assert [variable for _, variable in scaled] == [beta, gamma, kernel]
     assert [float(value[0]) for value in values] == [8.0, 3.0, 5.0]
     assert model_fn.scale_shift_gradients(gradvars, 1.0) is gradvars
+
+
+def test_low_resolution_images_are_area_means_until_the_switch_step_then_the_originals():
+    images = np.random.RandomState(7).uniform(0, 255, [2, 32, 32, 3]).astype(np.float32)
+    # 45000 examples at 64 a step: 703 steps an epoch, so 0.5 epochs end at step 352.
+    hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
+                                  low_resolution_epochs=0.5, low_resolution=16)
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        trained_on = model_fn._training_resolution(tf.constant(images), hparams)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            outputs = {}
+            for step in (0, 351, 352, 5000):
+                session.run(global_step.assign(step))
+                outputs[step] = session.run(trained_on)
+    two_by_two_means = images.reshape(2, 16, 2, 16, 2, 3).mean(axis=(2, 4))
+    for step in (0, 351):
+        np.testing.assert_allclose(outputs[step], two_by_two_means, rtol=1e-5)
+    for step in (352, 5000):
+        np.testing.assert_array_equal(outputs[step], images)
+
+
+def test_without_low_resolution_epochs_the_training_images_are_left_alone():
+    images = tf.zeros([2, 32, 32, 3])
+    assert model_fn._training_resolution(images, job_hparams.HParams()) is images

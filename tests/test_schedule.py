@@ -169,3 +169,16 @@ def test_train_steps_with_named_drops_is_the_papers_schedule_exactly():
     # Unnamed, a --train-steps run keeps the tutorial's drops at epochs 82 and 123.
     assert schedule.drops(job_hparams.HParams(train_steps=64000, num_train_examples=45000))[0][:2] \
         == [82 * 351, 123 * 351]
+
+
+@pytest.mark.parametrize("epochs, expected_steps", [(0.0, 0), (1.0, 703), (2.5, 1758)])
+def test_low_resolution_steps_are_the_epochs_in_whole_global_steps(epochs, expected_steps):
+    hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
+                                  low_resolution_epochs=epochs, train_epochs=10)
+    assert schedule.low_resolution_steps(hparams) == expected_steps
+    described = schedule.describe(hparams)
+    if expected_steps:
+        assert described.endswith("; images 24x24 until step %d (%g epochs), then 32x32"
+                                  % (expected_steps, epochs))
+    else:
+        assert "images" not in described

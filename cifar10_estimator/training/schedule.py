@@ -59,6 +59,11 @@ def warmup_steps(hparams):
     return int(round(hparams.warmup_epochs * steps_per_epoch(hparams)))
 
 
+def low_resolution_steps(hparams):
+    """Global steps trained on images shrunk to hparams.low_resolution (0: none)."""
+    return int(round(hparams.low_resolution_epochs * steps_per_epoch(hparams)))
+
+
 def drops(hparams):
     """(boundaries, factors) of the piecewise-constant rate, boundaries in global steps.
 
@@ -156,7 +161,7 @@ def describe(hparams):
             "%s%s, %s") % (
         end, end / steps_per_epoch(hparams), hparams.num_train_examples,
         hparams.examples_per_global_step, base_learning_rate_text(hparams),
-        _warmup_text(hparams), _shape_text(hparams))
+        _warmup_text(hparams), _shape_text(hparams)) + _low_resolution_text(hparams)
 
 
 def _warmup_text(hparams):
@@ -165,6 +170,14 @@ def _warmup_text(hparams):
         return ""
     return " reached after a linear warm-up of %d steps (%g epochs)" % (
         warmup, hparams.warmup_epochs)
+
+
+def _low_resolution_text(hparams):
+    steps = low_resolution_steps(hparams)
+    if not steps:
+        return ""
+    return "; images %dx%d until step %d (%g epochs), then 32x32" % (
+        hparams.low_resolution, hparams.low_resolution, steps, hparams.low_resolution_epochs)
 
 
 def _shape_text(hparams):
