@@ -132,3 +132,12 @@ def test_minutes_count_from_the_runs_start_to_each_evaluation_and_the_test_resul
     assert list(curve.get_xdata()) == minutes
     assert list(star.get_xdata()) == [run.test_minutes]
     assert list(star.get_ydata()) == [100 * run.test_accuracy]
+
+
+def test_a_long_legend_label_wraps_to_lines_that_fit_the_figure():
+    label = ", ".join("--flag-number-%d %d" % (i, i) for i in range(20)) + ": test 86.93 %"
+    text = plot._legend_text(label)
+    lines = text.split("\n")
+    assert len(lines) > 1
+    assert all(len(line) <= plot.LEGEND_LINE_CHARACTERS for line in lines)
+    assert " ".join(line.strip() for line in lines) == label

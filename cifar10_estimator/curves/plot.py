@@ -11,6 +11,7 @@ Needs matplotlib, the optional extra: pip install -e '.[plot]'.
 
 import os
 import tempfile
+import textwrap
 
 from cifar10_estimator import cli
 from cifar10_estimator.curves import runs as job_runs
@@ -60,6 +61,23 @@ def _pyplot():
 # Inches: the two panels, and each line of the legend below them.
 PANELS_HEIGHT = 7.0
 LEGEND_LINE_HEIGHT = 0.22
+# Characters of a legend line that fit the figure's 9 inches in the small font; longer
+# labels wrap rather than run off the image.
+LEGEND_LINE_CHARACTERS = 140
+
+
+def _with_test_result(run, label, in_minutes):
+    if run.test_accuracy is None:
+        return label
+    label = "%s: test %.2f %%" % (label, 100 * run.test_accuracy)
+    if in_minutes:
+        label += " at %.1f min" % run.test_minutes
+    return label
+
+
+def _legend_text(label):
+    return textwrap.fill(label, LEGEND_LINE_CHARACTERS, subsequent_indent="    ",
+                         break_on_hyphens=False)
 
 
 def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
@@ -68,18 +86,18 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
     epochs or minutes (`x_axis`), and the legend under both (long labels would hide the
     curves inside a panel)."""
     in_minutes = x_axis == "minutes"
-    num_entries = len(runs) + len(references)
-    legend_height = LEGEND_LINE_HEIGHT * num_entries + 0.3
+    run_labels = [_legend_text(_with_test_result(run, label, in_minutes))
+                  for run, label in zip(runs, labels)]
+    reference_labels = [_legend_text("%s: %.2f %%" % (label, percent))
+                        for percent, label in references]
+    num_lines = sum(label.count("\n") + 1 for label in run_labels + reference_labels)
+    legend_height = LEGEND_LINE_HEIGHT * num_lines + 0.3
     fig, (accuracy_axes, rate_axes) = pyplot.subplots(
         2, 1, sharex=True, figsize=(9, PANELS_HEIGHT + legend_height),
         gridspec_kw={"height_ratios": [3, 1]})
-    for run, label in zip(runs, labels):
+    for run, label in zip(runs, run_labels):
         positions, accuracies = zip(*(run.validation_accuracy_minutes if in_minutes
                                       else run.validation_accuracy))
-        if run.test_accuracy is not None:
-            label = "%s: test %.2f %%" % (label, 100 * run.test_accuracy)
-            if in_minutes:
-                label += " at %.1f min" % run.test_minutes
         line, = accuracy_axes.plot(positions, [100 * value for value in accuracies],
                                    marker=".", label=label)
         if in_minutes and run.test_accuracy is not None:
@@ -89,9 +107,9 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
         if rate_points:
             rate_positions, rates = zip(*rate_points)
             rate_axes.plot(rate_positions, rates, color=line.get_color())
-    for percent, label in references:
+    for (percent, _), label in zip(references, reference_labels):
         accuracy_axes.axhline(percent, color="black", linestyle="--", linewidth=1,
-                              label="%s: %.2f %%" % (label, percent))
+                              label=label)
     accuracy_axes.set_ylabel(ACCURACY_LABEL)
     if accuracy_min is not None:
         accuracy_axes.set_ylim(bottom=accuracy_min)
