@@ -248,7 +248,9 @@ def validate(settings, task=None):
         _check_data_dir(settings.data_dir)
         for subset in dict.fromkeys([periodic_eval_subset(settings), "eval"]):
             _check_eval_batch_size_divides(settings, subset)
-    if builds_towers:
+    if builds_towers and hparams.low_resolution_epochs:
+        # Reads the data's size, so only when asked: without the flag a damaged data
+        # directory is named by the data check, as before.
         _check_low_resolution_ends_before_the_run(
             dataclasses.replace(hparams, **_run_size(settings, task)))
 
@@ -262,7 +264,7 @@ def _check_low_resolution_side(side):
 def _check_low_resolution_ends_before_the_run(hparams):
     """hparams: with the run's data size and workers (see _run_size)."""
     end = schedule.last_step(hparams)
-    if hparams.low_resolution_epochs and schedule.low_resolution_steps(hparams) >= end:
+    if schedule.low_resolution_steps(hparams) >= end:
         raise UsageError("--low-resolution-epochs %g covers the whole run (%d steps, %.1f "
                          "epochs): the last epochs must train at %d pixels, the size it is "
                          "evaluated at; use fewer" % (
