@@ -109,8 +109,9 @@ def scale_shift_gradients(gradvars, factor):
             for gradient, variable in gradvars]
 
 
-def _resnet_logits(images, is_training, hparams, precision_policy, first_conv_kernel=None):
-    """float32 logits; the network computes in the policy's type while training.
+def _resnet_logits(images, is_training, hparams, dtype, first_conv_kernel=None):
+    """float32 logits of the network computing in `dtype` (float32, or the precision
+    policy's compute type: see mixed_precision.compute_dtype).
 
     first_conv_kernel: where the first convolution's kernel starts (see
     cifar10_model.ResNetCifar10); None: at random.
@@ -123,7 +124,6 @@ def _resnet_logits(images, is_training, hparams, precision_policy, first_conv_ke
         data_format=hparams.data_format,
         zero_init_residual=hparams.zero_init_residual,
         first_conv_kernel=first_conv_kernel)
-    dtype = mixed_precision.compute_dtype(precision_policy, is_training)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
                                      custom_getter=mixed_precision.float32_variables,
                                      auxiliary_name_scope=False):
@@ -150,8 +150,9 @@ def _class_probabilities(logits):
     return tf.nn.softmax(cifar10_model.class_logits(logits))
 
 
-def _inference(images, hparams, precision_policy):
-    """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction.
+def _inference(images, hparams, dtype):
+    """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction,
+    the network computing in `dtype`.
 
     With --eval-flips and --eval-shifts the network runs once on every view of the images
     (see _views) and the probabilities are the mean over each image's views. The logits
@@ -160,10 +161,10 @@ def _inference(images, hparams, precision_policy):
     """
     views = _views(images, hparams.eval_shifts, hparams.eval_flips)
     if len(views) == 1:
-        logits = _resnet_logits(images, False, hparams, precision_policy)
+        logits = _resnet_logits(images, False, hparams, dtype)
         return logits, _class_probabilities(logits)
-    all_logits = tf.split(_resnet_logits(tf.concat(views, axis=0), False, hparams,
-                                         precision_policy), len(views), axis=0)
+    all_logits = tf.split(_resnet_logits(tf.concat(views, axis=0), False, hparams, dtype),
+                          len(views), axis=0)
     probabilities = tf.add_n([_class_probabilities(logits) for logits in all_logits])
     return all_logits[0], probabilities / float(len(views))
 
@@ -212,10 +213,13 @@ def make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel=None):
     def tower_fn(images, labels, is_training):
         if is_training:
             logits = _resnet_logits(_training_resolution(images, hparams), True, hparams,
-                                    precision_policy, first_conv_kernel)
+                                    mixed_precision.compute_dtype(precision_policy),
+                                    first_conv_kernel)
             probabilities = _class_probabilities(logits)
         else:
-            logits, probabilities = _inference(images, hparams, precision_policy)
+            logits, probabilities = _inference(
+                images, hparams, mixed_precision.compute_dtype(
+                    precision_policy, hparams.eval_in_training_precision))
         cross_entropy = mean_cross_entropy(
             labels, logits, hparams.label_smoothing if is_training else 0.0)
         decayed = decayed_variables(tf.compat.v1.trainable_variables(),
@@ -340,7 +344,7 @@ def _inference_scaffold(hparams):
         saver=weight_averaging.evaluation_saver(tf.compat.v1.trainable_variables()))
 
 
-def _predict_spec(features, hparams, precision_policy):
+def _predict_spec(features, hparams):
     """PREDICT (and SavedModel export): one tower, whatever the number of training towers.
 
     It names no device and computes channels_last, which every device supports (the
@@ -355,7 +359,7 @@ def _predict_spec(features, hparams, precision_policy):
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope("resnet"):
         _, probabilities = _inference(
-            images, dataclasses.replace(hparams, data_format="channels_last"), precision_policy)
+            images, dataclasses.replace(hparams, data_format="channels_last"), tf.float32)
     predictions = _predictions(probabilities)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
@@ -384,7 +388,7 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
 
     def model_fn(features, labels, mode, config):
         if mode == tf.estimator.ModeKeys.PREDICT:
-            return _predict_spec(features, hparams, precision_policy)
+            return _predict_spec(features, hparams)
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         loss_scale = None
         if is_training and precision_policy.loss_scaling:

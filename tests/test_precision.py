@@ -76,8 +76,9 @@ def test_the_trainer_refuses_an_unserved_precision_in_one_line(tiny_data_dir, tm
     assert not job_dir.exists()  # refused before anything was built or written
 
 
-def graph_of_mode(mode, precision_name, num_towers=2):
-    hparams = job_hparams.HParams(num_layers=8, train_batch_size=4, precision=precision_name)
+def graph_of_mode(mode, precision_name, num_towers=2, **options):
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=4, precision=precision_name,
+                                  **options)
     layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=num_towers)
     graph = tf.Graph()
     with graph.as_default():
@@ -110,6 +111,50 @@ def test_mixed_precision_trains_in_its_type_on_float32_variables(precision_name,
 @pytest.mark.parametrize("mode", [tf.estimator.ModeKeys.EVAL, tf.estimator.ModeKeys.PREDICT])
 def test_evaluation_and_prediction_compute_in_float32_whatever_the_precision(mode):
     assert conv_dtypes(graph_of_mode(mode, "bf16")) == {tf.float32}
+
+
+@pytest.mark.parametrize("precision_name, dtype", [("bf16", tf.bfloat16), ("fp16", tf.float16),
+                                                   ("fp32", tf.float32)])
+def test_evaluation_in_training_precision_computes_in_it_and_keeps_float32_outputs(
+        precision_name, dtype):
+    graph = graph_of_mode(tf.estimator.ModeKeys.EVAL, precision_name,
+                          eval_in_training_precision=True, eval_flips=True)
+    assert conv_dtypes(graph) == {dtype}
+    variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    assert {v.dtype.base_dtype for v in variables} <= {tf.float32, tf.int64}
+    assert graph.get_tensor_by_name("loss:0").dtype == tf.float32
+
+
+def test_prediction_and_exports_stay_float32_with_evaluation_in_training_precision():
+    graph = graph_of_mode(tf.estimator.ModeKeys.PREDICT, "bf16", eval_in_training_precision=True)
+    assert conv_dtypes(graph) == {tf.float32}
+
+
+def test_bf16_evaluation_agrees_with_float32_on_the_same_weights(tmp_path):
+    """The same weights and images evaluated both ways: bfloat16's 8-bit mantissa moves
+    the probabilities a little and leaves them float32."""
+    images_value = np.random.RandomState(3).randint(0, 256, (8, 32, 32, 3)).astype(np.float32)
+    checkpoint = str(tmp_path / "model.ckpt")
+    probabilities = {}
+    for eval_in_training_precision in (False, True):
+        hparams = job_hparams.HParams(num_layers=8, precision="bf16",
+                                      eval_in_training_precision=eval_in_training_precision)
+        with tf.Graph().as_default():
+            spec = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(0), hparams)(
+                [tf.constant(images_value)], [tf.zeros([8], tf.int32)],
+                tf.estimator.ModeKeys.EVAL, None)
+            saver = tf.compat.v1.train.Saver()
+            with tf.compat.v1.Session() as session:
+                if eval_in_training_precision:
+                    saver.restore(session, checkpoint)
+                else:
+                    session.run(tf.compat.v1.global_variables_initializer())
+                    saver.save(session, checkpoint)
+                probabilities[eval_in_training_precision] = session.run(
+                    spec.predictions["probabilities"])
+    assert probabilities[True].dtype == np.float32
+    np.testing.assert_allclose(probabilities[True], probabilities[False], atol=0.02)
+    assert not np.array_equal(probabilities[True], probabilities[False])
 
 
 def test_fp16_logs_and_summarises_its_loss_scale():
@@ -272,9 +317,12 @@ def test_a_bf16_job_exports_float32_serves_predict_and_evaluate_and_resumes_in_f
         tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
     common = ["--data-dir", tiny_data_dir, "--job-dir", job_dir] + TINY_FLAGS
-    result = run_module(TRAINER, common + ["--precision", "bf16", "--train-steps", "4"])
+    # Evaluating in bf16 during training leaves the exports float32.
+    result = run_module(TRAINER, common + ["--precision", "bf16", "--train-steps", "4",
+                                           "--eval-in-training-precision"])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["precision"] == "bf16"
+    recorded = json.loads((job_dir / "hparams.json").read_text())["hparams"]
+    assert recorded["precision"] == "bf16" and recorded["eval_in_training_precision"]
 
     (export_dir,) = glob.glob(str(job_dir / "export" / "latest" / "*"))
     with tf.Graph().as_default() as graph, tf.compat.v1.Session() as session:

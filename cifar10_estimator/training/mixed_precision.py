@@ -4,8 +4,8 @@ What a precision computes in is decided by precision.PrecisionPolicy; this is ho
 graph does it. Variables, optimizer slots, the loss and the batch-norm statistics stay
 float32, while each tower reads its variables cast to the compute type
 (float32_variables) and runs its convolutions, batch norm, ReLUs and classifier in it.
-Checkpoints therefore hold float32 variables whatever the precision, and evaluation,
-prediction and exports compute in float32.
+Checkpoints therefore hold float32 variables whatever the precision. Prediction and
+exports compute in float32; so does evaluation, unless --eval-in-training-precision.
 
 float16 has 5 exponent bits, so small gradients underflow: fp16 scales each tower's loss
 by a dynamic loss scale and LossScaleOptimizer unscales the averaged gradients. bfloat16
@@ -24,9 +24,10 @@ LOSS_SCALE_GROWTH_STEPS = 2000
 MIN_LOSS_SCALE = 1.0
 
 
-def compute_dtype(precision_policy, is_training):
-    """The dtype a tower computes in: the policy's while training, float32 otherwise."""
-    return tf.as_dtype(precision_policy.compute_dtype) if is_training else tf.float32
+def compute_dtype(precision_policy, in_policy_precision=True):
+    """The dtype a tower computes in: the policy's, or float32 where not
+    in_policy_precision (evaluation without --eval-in-training-precision)."""
+    return tf.as_dtype(precision_policy.compute_dtype) if in_policy_precision else tf.float32
 
 
 def float32_variables(getter, name, *args, **kwargs):

@@ -6,8 +6,8 @@ the policy and reads its fields; nothing compares a precision's name. How the gr
 it is mixed_precision's; what the machine has is hardware's.
 
 fp32 computes everything in float32, as the original did. bf16 and fp16 are mixed
-precision: variables, the loss and batch-norm statistics stay float32, and evaluation,
-prediction and exports compute in float32. float16's 5 exponent bits make small
+precision: variables, the loss and batch-norm statistics stay float32, and prediction and
+exports compute in float32 (evaluation too, unless --eval-in-training-precision). float16's 5 exponent bits make small
 gradients underflow, so fp16 scales the loss; bfloat16 has float32's range and needs no
 scaling. Imports no TensorFlow, so the flags can check a precision before it loads.
 """
