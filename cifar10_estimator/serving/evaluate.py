@@ -80,7 +80,7 @@ def resolve_checkpoint(job_dir, checkpoint=None):
     return checkpoint
 
 
-def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
+def predict_subset(checkpoint, hparams, data_dir, subset, batch_size, evaluation_graph=False):
     """Predicted and true classes of every example of `subset`, once each, in file order.
 
     Args:
@@ -88,6 +88,9 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
       hparams: job_hparams.HParams the checkpoint was trained with.
       data_dir, subset: the TFRecords to read.
       batch_size: examples per session run; need not divide the subset.
+      evaluation_graph: False: the exports' graph (float32); True: the trainer's
+        evaluation graph, which computes in the training precision with
+        --eval-in-training-precision (benchmarks.evaluation compares the two).
 
     Returns:
       (predicted, labels): two int64 numpy arrays [num_examples].
@@ -111,10 +114,13 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size):
         # the same file order, so the last batch wraps around: keep the first
         # num_examples predictions and every example counts exactly once.
         images, labels = dataset.make_batch(batch_size)
-        # PREDICT runs one channels_last tower wherever TensorFlow places it (model_fn).
-        spec = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams)(
-            {"images": images}, None, tf.estimator.ModeKeys.PREDICT, None)
-        # The Saver of PREDICT restores what exports hold: the averaged weights, if any.
+        make = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams)
+        if evaluation_graph:
+            spec = make([images], [labels], tf.estimator.ModeKeys.EVAL, None)
+        else:
+            # PREDICT runs one channels_last tower wherever TensorFlow places it (model_fn).
+            spec = make({"images": images}, None, tf.estimator.ModeKeys.PREDICT, None)
+        # The Saver of both restores what exports hold: the averaged weights, if any.
         saver = spec.scaffold.saver or tf.compat.v1.train.Saver()
         config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
         with tf.compat.v1.Session(config=config) as session:

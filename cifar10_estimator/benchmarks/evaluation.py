@@ -1,0 +1,82 @@
+"""How fast the trainer's evaluation runs in float32 and in the training precision.
+
+    python -m cifar10_estimator.benchmarks.evaluation --job-dir JOB --data-dir DATA
+        [--subset validation] [--rounds 2] [--batch-size 500]
+
+Evaluates the latest checkpoint of a job that trained in a mixed precision (bf16 on the
+CPU) with the trainer's own evaluation graph, as hparams.json describes it (its depth,
+averaged weights and test-time views), once in float32 (the default) and once in the
+training precision (--eval-in-training-precision), the two taking turns for --rounds
+rounds. Each turn is one whole evaluation of the subset: graph, restore and every batch.
+It prints each turn's time and accuracy, and the speed ratio of each round.
+"""
+
+import dataclasses
+import statistics
+import time
+
+from cifar10_estimator import cli
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.errors import UsageError
+from cifar10_estimator.serving import evaluate
+from cifar10_estimator.serving.options import shared
+from cifar10_estimator.training import precision
+
+
+def build_parser():
+    parser = cli.ArgumentParser(
+        description="Time the trainer's evaluation of a checkpoint in float32 and in the "
+                    "precision it trained in, taking turns.")
+    cli.add_options(parser, shared("job_dir", "data_dir"), required=True)
+    parser.add_argument("--subset", choices=["eval", "validation"], default="validation",
+                        help="Which examples to evaluate.")
+    parser.add_argument("--rounds", type=cli.positive_int, default=2,
+                        help="Turns of each precision.")
+    parser.add_argument("--batch-size", type=cli.positive_int, default=500,
+                        help="Examples per batch (the budget recipe's --eval-batch-size).")
+    return parser
+
+
+def _evaluation_ways(hparams):
+    """[(name, hparams)]: float32, then the training precision."""
+    if not precision.policy(hparams.precision).is_mixed:
+        raise UsageError("the job trained in %s, so its evaluation is float32 either way; "
+                         "pass a job trained with --precision bf16 (or auto where it took "
+                         "bf16)" % hparams.precision)
+    return [("float32", dataclasses.replace(hparams, eval_in_training_precision=False)),
+            (hparams.precision, dataclasses.replace(hparams, eval_in_training_precision=True))]
+
+
+def main(argv):
+    args = build_parser().parse_args(argv)
+    cli.quiet_tensorflow_logs("3", "ERROR")
+    hparams = job_hparams.load(args.job_dir)
+    ways = _evaluation_ways(hparams)
+    checkpoint = evaluate.resolve_checkpoint(args.job_dir)
+    views = (1 + 4 * bool(hparams.eval_shifts)) * (1 + hparams.eval_flips)
+    print("%s, ResNet-%d, %d views an image, subset %s, batch %d"
+          % (checkpoint, hparams.num_layers, views, args.subset, args.batch_size))
+    ratios = []
+    for round_index in range(args.rounds):
+        seconds = {}
+        for name, way in ways:
+            start = time.perf_counter()
+            predicted, labels = evaluate.predict_subset(
+                checkpoint, way, args.data_dir, args.subset, args.batch_size,
+                evaluation_graph=True)
+            seconds[name] = time.perf_counter() - start
+            print("round %d: %-7s %7.2f s, %5.0f images/sec, accuracy %.4f (%d/%d)"
+                  % (round_index + 1, name, seconds[name], len(labels) / seconds[name],
+                     (predicted == labels).mean(), (predicted == labels).sum(), len(labels)))
+        ratios.append(seconds["float32"] / seconds[ways[1][0]])
+    print("%s evaluation at %.2fx the speed of float32 (median of %d rounds: %s)"
+          % (ways[1][0], statistics.median(ratios), len(ratios),
+             ", ".join("%.2f" % ratio for ratio in ratios)))
+
+
+def console_main():
+    raise SystemExit(cli.run_command(main))
+
+
+if __name__ == "__main__":
+    console_main()
