@@ -61,9 +61,9 @@ def test_unreachable_server_points_to_the_offline_path(tmp_path):
 
 
 @pytest.mark.slow
-def test_without_a_gpu_the_one_command_trains_the_budget_recipe_and_says_so(tmp_path):
+def test_without_a_gpu_the_one_command_trains_the_quick_recipe_and_says_so(tmp_path):
     # An official-format archive of 500 images a batch: 2000 to train on, 500 to validate
-    # and 500 to test, which the budget recipe's evaluation batch of 500 divides.
+    # and 500 to test, which the quick recipe's evaluation batch of 500 divides.
     data_dir, job_dir = tmp_path / "data", tmp_path / "job"
     data_dir.mkdir()
     cifar_archives.write_archive_with_md5(
@@ -87,11 +87,12 @@ def test_without_a_gpu_the_one_command_trains_the_budget_recipe_and_says_so(tmp_
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     text = "".join(seen)
-    assert "No GPU found: training the budget recipe" in text, text[-3000:]
-    assert "bash scripts/setup_and_run.sh -- --num-gpus 0" in text
-    # 30 epochs of 2000 images at 64 a step (31 whole steps an epoch).
-    assert "Recipe budget. Training to step 930 (30.0 epochs of 2000 examples" in text, text[-3000:]
+    assert "No GPU found: training the quick recipe" in text, text[-3000:]
+    assert "bash scripts/setup_and_run.sh -- --num-gpus 0 --recipe budget" in text
+    assert "for the tutorial's schedule: bash scripts/setup_and_run.sh -- --num-gpus 0" in text
+    # 20 epochs of 2000 images at 64 a step (31 whole steps an epoch).
+    assert "Recipe quick. Training to step 620 (20.0 epochs of 2000 examples" in text, text[-3000:]
     saved = json.loads((job_dir / "hparams.json").read_text())["hparams"]
-    assert saved["recipe"] == "budget"
-    assert saved["num_layers"] == 20 and saved["train_epochs"] == 30
+    assert saved["recipe"] == "quick"
+    assert saved["num_layers"] == 14 and saved["train_epochs"] == 20
     assert saved["precision"] in ("fp32", "bf16")  # auto resolved
