@@ -36,7 +36,7 @@ def evaluate_and_export(estimator, eval_spec, checkpoint, is_the_final_export):
     return metrics
 
 
-def evaluate_until_final(estimator, eval_spec, max_steps):
+def evaluate_until_final(estimator, eval_spec, max_steps, stop_signals=None):
     """Evaluate new checkpoints of estimator.model_dir until one at max_steps or later.
 
     Args:
@@ -44,6 +44,8 @@ def evaluate_until_final(estimator, eval_spec, max_steps):
       eval_spec: the EvalSpec; its throttle_secs is the least time between the starts
         of two evaluations, except for the final checkpoint.
       max_steps: the global step training ends at.
+      stop_signals: the process's stop_signals.StopSignals, or None: a stop signal then
+        ends the wait between evaluations (an evaluation ends by eval_spec's hooks).
 
     Returns:
       The metrics of the final checkpoint's evaluation (dict).
@@ -77,4 +79,8 @@ def evaluate_until_final(estimator, eval_spec, max_steps):
                     "Not evaluating %s yet: the last evaluation started %d s ago "
                     "(--eval-every-secs %d); the final checkpoint is evaluated at once",
                     os.path.basename(checkpoint), waited_secs, eval_spec.throttle_secs)
+        if stop_signals is not None:
+            stop_signals.raise_if_requested(
+                "while waiting for a checkpoint to evaluate; restarted, the evaluator "
+                "evaluates the newest one")
         time.sleep(CHECKPOINT_POLL_SECS)

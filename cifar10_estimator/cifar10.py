@@ -135,27 +135,44 @@ class Cifar10DataSet:
         # An empty file batches into no element at all.
         return np.zeros([0, HEIGHT, WIDTH, DEPTH], np.uint8), np.zeros([0], np.int64)
 
-    def make_dataset(self, batch_size):
-        """An endless tf.data.Dataset of (images, labels) batches, as make_batch returns."""
+    def make_dataset(self, batch_size, seeds=None, first_batch=0):
+        """An endless tf.data.Dataset of (images, labels) batches, as make_batch returns.
+
+        Args:
+          batch_size: examples per batch.
+          seeds: int64 [2, 2] tensor, the seeds of the example order (row 0) and of the
+            crops and flips (row 1); None draws them in tf.data (from the graph seed
+            when one is set, else anew for each iterator).
+          first_batch: int64 scalar (a tensor, read when the iterator is initialized):
+            batches served before this one. The dataset starts with the batch it would
+            have served after `first_batch` others, so a resumed run continues the
+            stream where its stopped run left it.
+        """
         import tensorflow as tf
-        # One element: every example of the file, and seeds for shuffling and cropping.
-        # Seeds drawn by tf.data follow the graph seed when one is set (reproducible
-        # runs) and differ per iterator otherwise; stateless ops keyed by them keep the
-        # streams independent and unaffected by parallel execution order.
+        # One element: every example of the file, the seeds and where to start. Stateless
+        # ops keyed by the seeds keep the streams independent and unaffected by parallel
+        # execution order, and make every batch a function of the seeds and its number.
+        if seeds is None:
+            seeds = tf.data.Dataset.random().batch(2).batch(2)
+        else:
+            seeds = tf.data.Dataset.from_tensors(seeds)
         whole_file = tf.data.Dataset.zip((
-            _read_whole_file(self.filename), tf.data.Dataset.random().batch(2).batch(2)))
+            _read_whole_file(self.filename), seeds,
+            tf.data.Dataset.from_tensors(tf.cast(first_batch, tf.int64))))
         dataset = whole_file.flat_map(
-            lambda examples, seeds: self._batches(examples, seeds, batch_size)
+            lambda examples, seeds, first_batch: self._batches(
+                examples, seeds, batch_size, first_batch)
         ).prefetch(_PREFETCH_BATCHES)
         return dataset.with_options(_fixed_size_options())
 
-    def _batches(self, examples, seeds, batch_size):
+    def _batches(self, examples, seeds, batch_size, first_batch):
         import tensorflow as tf
         images, labels = examples
         order_seed, crop_seed = seeds[0], seeds[1]
         num_examples = tf.shape(labels, out_type=tf.int64)[0]
         # (indices, epochs) batches: which examples, and the epoch each is served in.
-        index_batches = self._epoch_orders(num_examples, order_seed).rebatch(
+        index_batches = self._epoch_orders(
+            num_examples, order_seed, first_batch * batch_size).rebatch(
             batch_size, drop_remainder=True)
         if self.subset == "train" and self.use_distortion:
             padded_images = pad_images(images)
@@ -175,22 +192,32 @@ class Cifar10DataSet:
         else:
             def take_images(batch_number, indices, epochs):
                 return gather_images(images, indices)
-        return index_batches.enumerate().map(
+        return index_batches.enumerate(start=first_batch).map(
             lambda batch_number, batch: (take_images(batch_number, *batch),
                                          tf.gather(labels, batch[0])),
             num_parallel_calls=_PARALLEL_BATCHES)
 
-    def _epoch_orders(self, num_examples, seed):
-        """An endless dataset of (int64 [num_examples] order, int64 [num_examples] epoch):
-        the example order of each epoch and the epoch's number, once per example."""
+    def _epoch_orders(self, num_examples, seed, first_position):
+        """An endless dataset of (int64 [M] order, int64 [M] epoch): the example order of
+        each epoch and the epoch's number, once per example, from the `first_position`-th
+        example served (counting through the epochs one after another).
+
+        M is num_examples, except in the first element, which leaves out the examples of
+        its epoch served before first_position.
+        """
         import tensorflow as tf
-        if self.subset != "train":
-            return tf.data.Dataset.counter().map(
-                lambda epoch: (tf.range(num_examples), tf.fill([num_examples], epoch)))
-        return tf.data.Dataset.counter().map(
-            lambda epoch: (tf.random.experimental.stateless_shuffle(
-                tf.range(num_examples), tf.random.experimental.stateless_fold_in(seed, epoch)),
-                tf.fill([num_examples], epoch)))
+        first_epoch = first_position // num_examples
+        served_in_first_epoch = first_position % num_examples
+
+        def order_of(epoch):
+            if self.subset != "train":
+                order = tf.range(num_examples)
+            else:
+                order = tf.random.experimental.stateless_shuffle(
+                    tf.range(num_examples), tf.random.experimental.stateless_fold_in(seed, epoch))
+            order = order[tf.where(tf.equal(epoch, first_epoch), served_in_first_epoch, 0):]
+            return order, tf.fill(tf.shape(order), epoch)
+        return tf.data.Dataset.counter(start=first_epoch).map(order_of)
 
 
 def gather_images(images, indices):

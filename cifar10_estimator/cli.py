@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 
-from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.errors import Cifar10EstimatorError, RunStopped, UsageError
 
 
 def invoked_program():
@@ -166,11 +166,15 @@ def run_command(main, argv=None, prog=None):
 
     Returns:
       0 on success, the error's exit status for a Cifar10EstimatorError
-      (printed as one line on stderr), 130 on Ctrl-C.
+      (printed as one line on stderr), 128 + the signal for a RunStopped (its line
+      on stderr too), 130 on Ctrl-C.
     """
     prog = prog or invoked_program()
     try:
         status = main(sys.argv[1:] if argv is None else argv)
+    except RunStopped as stop:
+        print("%s: %s" % (prog, one_line(str(stop))), file=sys.stderr)
+        return stop.exit_status
     except Cifar10EstimatorError as error:
         print("%s: error: %s" % (prog, one_line(str(error))), file=sys.stderr)
         return error.exit_status

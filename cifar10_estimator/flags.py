@@ -237,6 +237,7 @@ def validate(settings, task=None):
         raise UsageError("--data-format channels_first on the CPU needs TensorFlow's oneDNN "
                          "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
                          "channels_last (TensorFlow's other CPU kernels are channels_last only)")
+    _check_deterministic(hparams)
     if builds_towers:
         _check_precision_served(precision.POLICIES.get(hparams.precision), settings.num_gpus)
     for flag, batch_size in (("--train-batch-size", hparams.train_batch_size),
@@ -270,6 +271,17 @@ def _check_low_resolution_ends_before_the_run(hparams):
                          "evaluated at; use fewer" % (
                              hparams.low_resolution_epochs, end,
                              end / schedule.steps_per_epoch(hparams), cifar10.HEIGHT))
+
+
+def _check_deterministic(hparams):
+    if not hparams.deterministic:
+        return
+    if hparams.seed is None:
+        raise UsageError("--deterministic needs --seed N: without a seed every run draws "
+                         "other starting weights and data")
+    if hparams.precision not in ("fp32", precision.AUTO):
+        raise UsageError("--deterministic runs in fp32; drop --precision %s or use "
+                         "--precision fp32" % hparams.precision)
 
 
 def _check_gpus_present(num_gpus, available):
@@ -340,6 +352,10 @@ def _resolved_precision(settings, task):
     if settings.hparams.precision != precision.AUTO:
         return settings.hparams.precision
     if task and not task.is_trainer:
+        return "fp32"
+    if settings.hparams.deterministic:
+        import tensorflow as tf
+        tf.compat.v1.logging.info("--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
     import tensorflow as tf
     from cifar10_estimator.machine import hardware, precision_speed

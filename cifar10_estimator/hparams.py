@@ -185,6 +185,12 @@ class HParams:
               "each trainer adds its rank, so workers still draw different batches. "
               "Unset: every run draws anew, as the original.",
         group="optimisation", type=non_negative_int, metavar="N")
+    deterministic: bool = option(
+        False, "TensorFlow's op determinism, in fp32: with --seed, two runs of the same "
+               "command end with bitwise the same weights, a run stopped and resumed "
+               "included. Needs --seed; --precision auto then takes fp32. Some ops run "
+               "slower.",
+        group="optimisation", action="store_true")
 
     # Test-time views: what evaluation, prediction and exports compute; training is
     # unaffected.

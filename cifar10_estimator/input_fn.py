@@ -45,6 +45,61 @@ def make_tfrecord_input_fn(data_dir, subset, num_towers, batch_size, use_distort
     return input_fn
 
 
+# The variable holding the training stream's seeds (Cifar10DataSet.make_dataset's
+# `seeds`): saved in every checkpoint, so a resumed run draws the stream its first
+# session drew.
+INPUT_SEEDS_NAME = "input_pipeline/seeds"
+
+
+def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
+                           max_shift=cifar10.MAX_SHIFT, alternating_flips=False, rank=0):
+    """The trainer's input_fn: the training batches from where the job's global step is.
+
+    A batch is a function of the stream's seeds and its number alone (see
+    cifar10.Cifar10DataSet), so a run resumed from a checkpoint at global step N takes the
+    same batch N, the same examples in the same order with the same crops and flips, as a
+    run that was never stopped. The seeds are a variable of the checkpoints
+    (INPUT_SEEDS_NAME), drawn when the job starts: from --seed's graph seed when there is
+    one, else at random. The global step is read when the iterator is initialized, after
+    the checkpoint is restored: tf.estimator does that for an input_fn that returns a
+    Dataset.
+
+    Args:
+      data_dir, num_towers, batch_size, use_distortion, max_shift, alternating_flips: as
+        for make_tfrecord_input_fn.
+      rank: the trainer's rank in a cluster (chief 0, worker i: i + 1); each draws a
+        stream of its own from the shared seeds.
+
+    Returns:
+      An input_fn returning a Dataset of (image shards, label shards) tuples.
+    """
+    def input_fn():
+        with tf.device("/cpu:0"):
+            seeds = _stream_seeds(rank)
+            global_step = tf.compat.v1.train.get_global_step()
+            first_batch = 0 if global_step is None else tf.identity(global_step)
+            dataset = cifar10.Cifar10DataSet(
+                data_dir, "train", use_distortion, max_shift, alternating_flips
+            ).make_dataset(batch_size, seeds, first_batch)
+            return dataset.map(lambda images, labels: tuple(
+                tuple(shards) for shards in split_batch_into_towers(images, labels, num_towers)))
+    return input_fn
+
+
+def _stream_seeds(rank):
+    """int64 [2, 2]: the checkpointed seeds of the training stream, folded with `rank`."""
+    with tf.compat.v1.variable_scope("input_pipeline", reuse=tf.compat.v1.AUTO_REUSE):
+        seeds = tf.compat.v1.get_variable(
+            "seeds", shape=[2, 2], dtype=tf.int64, trainable=False,
+            initializer=tf.compat.v1.random_uniform_initializer(
+                minval=-(2 ** 62), maxval=2 ** 62, dtype=tf.int64))
+    value = tf.identity(seeds)
+    if rank:
+        value = tf.stack([tf.random.experimental.stateless_fold_in(row, rank)
+                          for row in tf.unstack(value)])
+    return value
+
+
 def make_synthetic_input_fn(num_towers, batch_size, seed=0):
     """An input_fn yielding the same random in-memory batch forever: no files, no decoding.
 

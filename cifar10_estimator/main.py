@@ -37,13 +37,42 @@ def main(argv):
         # TensorFlow's import notices are dropped with a user error's one line.
         flags.quiet_tensorflow_logs()
         flags.validate(settings, task)
-    with hold_job_dir(settings.job_dir, task):
+    with disk_faults_named(settings.job_dir), hold_job_dir(settings.job_dir, task), \
+            stop_signals_of(task) as signals:
         with stderr_dropped_on_user_error():
             # Before any graph: the reader would fail only inside training, after the
             # first checkpoint, or read a file cut short without a word.
             for subset in flags.subsets_read(settings, task):
                 tfrecord_format.check_tfrecords(settings.data_dir, subset)
-        train_and_evaluate(flags.resolve(settings, task), task)
+        train_and_evaluate(flags.resolve(settings, task), task, signals)
+
+
+def stop_signals_of(task=None):
+    """The StopSignals this process answers SIGTERM and Ctrl-C with (stop_signals).
+
+    A ps serves variables from TensorFlow's C++ runtime until it is killed and runs no
+    Python in between, so it keeps the signals' default action: a SIGTERM ends it at once
+    (exit status 143 in a container), and the job resumes from the chief's last
+    checkpoint when the cluster restarts.
+    """
+    from cifar10_estimator.training import stop_signals
+    if task and task.task_type == cluster.PS:
+        return contextlib.nullcontext()
+    return stop_signals.StopSignals(invoked_program())
+
+
+@contextlib.contextmanager
+def disk_faults_named(job_dir):
+    """Turn an error of a full or read-only disk under job_dir into its one line."""
+    import tensorflow as tf
+    from cifar10_estimator.training import run_faults
+    try:
+        yield
+    except (OSError, tf.errors.OpError, Cifar10EstimatorError) as error:
+        fault = run_faults.disk_fault(error, job_dir)
+        if fault is None:
+            raise
+        raise fault from error
 
 
 def hold_job_dir(job_dir, task=None):
@@ -92,14 +121,21 @@ def make_run_config(settings, task=None):
 def graph_seed(seed, task=None):
     """The graph-level seed of this process for --seed: the seed plus the trainer's rank.
 
-    The rank (chief 0, worker i: i + 1) keeps the workers of a cluster from drawing the
-    same batches in the same order; the ps and evaluator draw nothing that matters.
+    The rank keeps the workers of a cluster from drawing the same starting values; the
+    ps and evaluator draw nothing that matters.
     """
     if seed is None:
         return None
+    return seed + trainer_rank(task)
+
+
+def trainer_rank(task=None):
+    """The rank of this process among a cluster's trainers: chief 0, worker i: i + 1.
+
+    Each trainer draws a stream of training batches of its own (input_fn)."""
     if task is None or task.task_type != cluster.WORKER:
-        return seed
-    return seed + 1 + task.task_index
+        return 0
+    return 1 + task.task_index
 
 
 def first_conv_kernel(settings, task=None):
@@ -123,16 +159,17 @@ def first_conv_kernel(settings, task=None):
     return kernel
 
 
-def make_train_input_fn(settings):
-    """The training input_fn of the settings: TFRecords, or synthetic batches."""
+def make_train_input_fn(settings, task=None):
+    """The training input_fn of the settings: TFRecords from where the job's global step
+    is (a resumed run continues its stream), or synthetic batches."""
     from cifar10_estimator import input_fn
     batch_size = settings.hparams.train_batch_size
     if settings.use_synthetic_data:
         return input_fn.make_synthetic_input_fn(settings.num_towers, batch_size)
-    return input_fn.make_tfrecord_input_fn(
-        settings.data_dir, "train", settings.num_towers, batch_size,
+    return input_fn.make_training_input_fn(
+        settings.data_dir, settings.num_towers, batch_size,
         settings.use_distortion_for_training, max_shift=settings.hparams.train_max_shift,
-        alternating_flips=settings.hparams.alternating_flips)
+        alternating_flips=settings.hparams.alternating_flips, rank=trainer_rank(task))
 
 
 def make_eval_input_fn(settings, subset):
@@ -155,7 +192,7 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
             task.ps_addresses, ps_timeout_secs, _exit_with_error).start()
 
 
-def train_and_evaluate(settings, task=None):
+def train_and_evaluate(settings, task=None, signals=None):
     """Build the Estimator from resolved settings and run tf.estimator.train_and_evaluate.
 
     An evaluator task runs checkpoint_evaluation.evaluate_until_final instead, which
@@ -165,15 +202,26 @@ def train_and_evaluate(settings, task=None):
     Args:
       settings: the run's flags.Settings, validated and resolved (flags.resolve).
       task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
+      signals: the stop_signals.StopSignals SIGTERM and Ctrl-C are caught with, or None
+        (a new one, installed by nobody: no signal stops the run early).
 
     Returns:
       The final evaluation metrics (dict) where this task ran the final evaluation, else None.
+
+    Raises:
+      errors.RunStopped: a stop signal came; what was reached is saved.
+      run_faults.TrainingDiverged: the training loss became NaN or infinite.
     """
     import tensorflow as tf
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import progress as run_progress
+    from cifar10_estimator.training import run_faults
+    from cifar10_estimator.training import stop_signals
 
+    signals = signals or stop_signals.StopSignals(invoked_program())
     hparams = settings.hparams
+    if hparams.deterministic:
+        tf.config.experimental.enable_op_determinism()
     run_config = make_run_config(settings, task)
     if run_config.tf_random_seed is not None:
         # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
@@ -195,15 +243,24 @@ def train_and_evaluate(settings, task=None):
         config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
     train_spec = tf.estimator.TrainSpec(
-        make_train_input_fn(settings), max_steps=last_step,
-        saving_listeners=[run_progress.ProgressCheckpointListener(progress)])
-    eval_spec = make_eval_spec(settings)
+        make_train_input_fn(settings, task), max_steps=last_step,
+        # Before tf.estimator's own hooks and listeners: the divergence check ends
+        # training before its NanTensorHook, the stop before its evaluation.
+        hooks=[stop_signals.StopAtSignalHook(signals),
+               run_faults.DivergenceHook(hparams, settings.job_dir)],
+        saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
+                          run_progress.ProgressCheckpointListener(progress)])
+    eval_spec = make_eval_spec(settings, signals)
     if task and task.task_type == cluster.EVALUATOR:
         from cifar10_estimator import checkpoint_evaluation
-        metrics = checkpoint_evaluation.evaluate_until_final(estimator, eval_spec, last_step)
+        metrics = checkpoint_evaluation.evaluate_until_final(estimator, eval_spec, last_step,
+                                                             signals)
     else:
         result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
         metrics = result[0] if result else None
+    # Where no checkpoint of this process ended the run: a worker's, or a signal that
+    # came during an export.
+    signals.raise_if_requested(_stopped_after_training_text(settings.job_dir, task))
     if metrics is None and not task:
         # Training was already done, so train_and_evaluate skipped the final evaluation
         # too: the run that trained may have been killed before it evaluated.
@@ -213,6 +270,24 @@ def train_and_evaluate(settings, task=None):
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
         report_on_test(estimator, settings, eval_spec, metrics)
     return metrics
+
+
+def _stopped_after_training_text(job_dir, task):
+    """How a run stopped outside a training session ends: what is saved, what a rerun does."""
+    import tensorflow as tf
+    if task and task.task_type == cluster.WORKER:
+        return ("at global step %s: a worker saves nothing (the chief writes the "
+                "checkpoints); restarted, it rejoins the cluster" % _latest_step(job_dir))
+    return ("with %s saved; the same command carries on from it"
+            % tf.train.latest_checkpoint(job_dir))
+
+
+def _latest_step(job_dir):
+    import tensorflow as tf
+    checkpoint = tf.train.latest_checkpoint(job_dir)
+    if checkpoint is None:
+        return "0"
+    return str(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
 
 
 def log_precision_speed(precision_policy, num_gpus):
@@ -242,7 +317,7 @@ def log_schedule(hparams):
         tf.compat.v1.logging.warning(warning)
 
 
-def make_eval_spec(settings):
+def make_eval_spec(settings, signals):
     """The EvalSpec of the evaluations during training, with its exporters.
 
     On the validation set they are a named evaluation (job-dir/eval_validation/) and
@@ -252,6 +327,7 @@ def make_eval_spec(settings):
     """
     import tensorflow as tf
     from cifar10_estimator.serving import export
+    from cifar10_estimator.training import stop_signals
     subset = flags.periodic_eval_subset(settings)
     if subset == "validation":
         name = "validation"
@@ -266,7 +342,7 @@ def make_eval_spec(settings):
     return tf.estimator.EvalSpec(
         make_eval_input_fn(settings, subset), steps=flags.eval_steps(settings, subset),
         name=name, start_delay_secs=0, throttle_secs=settings.eval_every_secs,
-        exporters=exporters)
+        exporters=exporters, hooks=[stop_signals.StopEvaluationHook(signals, settings.job_dir)])
 
 
 def report_on_test(estimator, settings, eval_spec, final_metrics):
@@ -286,7 +362,7 @@ def report_on_test(estimator, settings, eval_spec, final_metrics):
     else:
         metrics = estimator.evaluate(
             make_eval_input_fn(settings, "eval"), steps=steps,
-            checkpoint_path=checkpoint, name=report.TEST_EVAL_NAME)
+            checkpoint_path=checkpoint, name=report.TEST_EVAL_NAME, hooks=eval_spec.hooks)
         validation_metrics = final_metrics
     results = report.test_results(
         metrics, steps * settings.eval_batch_size, checkpoint,

@@ -14,6 +14,7 @@ from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import input_fn
 from cifar10_estimator.training import checkpoint_saver
 from cifar10_estimator.training import mixed_precision
 from cifar10_estimator.training import precision
@@ -439,7 +440,7 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
                 logged["loss_scale"] = loss_scale.scale
             optional_variables = [
                 holder.optional_variables() for holder in (loss_scale, weight_averages)
-                if holder is not None]
+                if holder is not None] + _input_seeds_optional()
             scaffold = None
             if optional_variables:
                 scaffold = tf.compat.v1.train.Scaffold(
@@ -460,6 +461,18 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
             training_hooks=hooks, eval_metric_ops=metrics, scaffold=scaffold)
 
     return model_fn
+
+
+def _input_seeds_optional():
+    """The training stream's seeds (input_fn.INPUT_SEEDS_NAME) as optional variables of
+    the checkpoints, where the input_fn made them: a checkpoint written before they
+    existed resumes with new ones."""
+    seeds = [variable for variable in tf.compat.v1.global_variables()
+             if variable.op.name == input_fn.INPUT_SEEDS_NAME]
+    return [checkpoint_saver.OptionalVariables(
+        var_list={input_fn.INPUT_SEEDS_NAME: variable},
+        missing="no seeds of the training stream (an earlier version wrote it): the "
+                "stream starts from new seeds") for variable in seeds]
 
 
 def _checkpoint_saver(config, optional_variables):

@@ -148,7 +148,11 @@ def first_training_batch(data_dir, job_dir, distortion, *extra):
          "--train-batch-size", "16", "--use-distortion-for-training", distortion, *extra])
     train_input_fn = trainer.make_train_input_fn(settings)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        [images], _ = train_input_fn()
+        # What tf.estimator does with the Dataset: the seeds' variable, then the iterator.
+        iterator = tf.compat.v1.data.make_initializable_iterator(train_input_fn())
+        [images], _ = iterator.get_next()
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(iterator.initializer)
         return session.run(images)
 
 
