@@ -369,7 +369,7 @@ def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
     tasks = TaskProcesses(tmp_path)
     job_dir = tmp_path / "job"
     args = job_args(tiny_data_dir, job_dir, "--train-steps", "100000", "--eval-every-secs",
-                    "1")
+                    "1", "--save-checkpoints-steps", "50")
     try:
         ps = tasks.start(Task("ps", 0), args)
         chief = tasks.start(Task("chief"), args)
@@ -389,19 +389,26 @@ def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
         assert evaluator.wait(60) == 143, tasks.log("evaluator")[-3000:]
         assert our_lines(tasks.log("evaluator"))[-1].startswith(
             "%s: stopped by SIGTERM " % PROGRAM)
+        # The ps keeps the default action: the signal ends it, and the variables with it.
+        # Restarted, the chief's session recovers from its last checkpoint by itself.
+        tasks.wait_for(chief, "chief", re.compile(r"Saving checkpoints for [1-9]"))
+        ps.send_signal(signal.SIGTERM)
+        assert ps.wait(60) == -signal.SIGTERM
+        tasks.start(Task("ps", 0), args, "ps-restarted")
+        tasks.wait_for(chief, "chief", re.compile(r"a new session will be created"))
         # The chief saves the global step it reached, through the ps.
+        step_seen = tasks.wait_for_step(chief, "chief")
         chief.send_signal(signal.SIGTERM)
         assert chief.wait(60) == 143, tasks.log("chief")[-3000:]
+        recovered = tasks.log("chief").split("a new session will be created", 1)[1]
+        assert "Restoring parameters from %s/model.ckpt-" % job_dir in recovered
         match = STOPPED_AT_STEP.match(our_lines(tasks.log("chief"))[-1])
         assert match and tf.train.latest_checkpoint(str(job_dir)) == match.group(3)
         saved_step = int(match.group(2))
-        # The ps keeps the default action: the signal ends it.
-        ps.send_signal(signal.SIGTERM)
-        assert ps.wait(60) == -signal.SIGTERM
+        assert saved_step >= step_seen
 
-        # Restarted, the cluster resumes from the chief's checkpoint.
+        # Restarted, the chief resumes from its checkpoint.
         args = job_args(tiny_data_dir, job_dir, "--train-steps", str(saved_step + 10))
-        tasks.start(Task("ps", 0), args, "ps-restarted")
         chief = tasks.start(Task("chief"), args, "chief-restarted")
         assert chief.wait(180) == 0, tasks.log("chief-restarted")[-3000:]
         assert "Restoring parameters from %s" % match.group(3) in tasks.log("chief-restarted")
