@@ -8,6 +8,9 @@ by the process that writes its checkpoints -> the data files this process reads,
 read once and checked (one line and exit status 1 when one is damaged) -> the run's
 Settings, resolved once, and their HParams (saved to job-dir/hparams.json) -> RunConfig
 -> tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
+SIGTERM and Ctrl-C end it after the step in flight with that step saved (exit status 143,
+130; training.stop_signals); a diverging loss or a full job dir ends it with one line
+(training.run_faults).
 """
 
 import contextlib
@@ -52,8 +55,8 @@ def stop_signals_of(task=None):
 
     A ps serves variables from TensorFlow's C++ runtime until it is killed and runs no
     Python in between, so it keeps the signals' default action: a SIGTERM ends it at once
-    (exit status 143 in a container), and the job resumes from the chief's last
-    checkpoint when the cluster restarts.
+    (exit status 143 in a container); restarted, it comes back empty, and the chief's
+    session restores its last checkpoint into it (docs/distributed.md).
     """
     from cifar10_estimator.training import stop_signals
     if task and task.task_type == cluster.PS:
@@ -251,6 +254,8 @@ def train_and_evaluate(settings, task=None, signals=None):
         saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
                           run_progress.ProgressCheckpointListener(progress)])
     eval_spec = make_eval_spec(settings, signals)
+    # A signal during the start-up (the precision probe, the graph) stops the run here.
+    signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
     if task and task.task_type == cluster.EVALUATOR:
         from cifar10_estimator import checkpoint_evaluation
         metrics = checkpoint_evaluation.evaluate_until_final(estimator, eval_spec, last_step,
@@ -260,7 +265,7 @@ def train_and_evaluate(settings, task=None, signals=None):
         metrics = result[0] if result else None
     # Where no checkpoint of this process ended the run: a worker's, or a signal that
     # came during an export.
-    signals.raise_if_requested(_stopped_after_training_text(settings.job_dir, task))
+    signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
     if metrics is None and not task:
         # Training was already done, so train_and_evaluate skipped the final evaluation
         # too: the run that trained may have been killed before it evaluated.
@@ -272,14 +277,16 @@ def train_and_evaluate(settings, task=None, signals=None):
     return metrics
 
 
-def _stopped_after_training_text(job_dir, task):
+def _stopped_outside_training_text(job_dir, task):
     """How a run stopped outside a training session ends: what is saved, what a rerun does."""
     import tensorflow as tf
     if task and task.task_type == cluster.WORKER:
         return ("at global step %s: a worker saves nothing (the chief writes the "
                 "checkpoints); restarted, it rejoins the cluster" % _latest_step(job_dir))
-    return ("with %s saved; the same command carries on from it"
-            % tf.train.latest_checkpoint(job_dir))
+    checkpoint = tf.train.latest_checkpoint(job_dir)
+    if checkpoint is None:
+        return "before its first checkpoint; the same command starts the job"
+    return "with %s saved; the same command carries on from it" % checkpoint
 
 
 def _latest_step(job_dir):

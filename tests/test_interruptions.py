@@ -152,9 +152,9 @@ def test_a_second_ctrl_c_ends_the_run_at_once_without_saving(tiny_data_dir, tmp_
                                                              start_trainer):
     job_dir = tmp_path / "job"
     trainer = start_trainer(*job_args(tiny_data_dir, job_dir, "--train-steps", "100000"))
-    # The plan line comes before the graph is built: the first Ctrl-C then waits for the
-    # first step, and the second comes long before it.
-    trainer.wait_for(re.compile(r"\bRecipe tutorial\. "))
+    # The training graph is being built: the first Ctrl-C then waits for the first step,
+    # and the second comes long before it.
+    trainer.wait_for(re.compile(r"\bCalling model_fn\.$"))
     trainer.process.send_signal(signal.SIGINT)
     trainer.wait_for(re.compile(r"SIGINT received"))
     trainer.process.send_signal(signal.SIGINT)
