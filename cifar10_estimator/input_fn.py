@@ -92,7 +92,7 @@ def _stream_seeds(rank):
         seeds = tf.compat.v1.get_variable(
             "seeds", shape=[2, 2], dtype=tf.int64, trainable=False,
             initializer=tf.compat.v1.random_uniform_initializer(
-                minval=-(2 ** 62), maxval=2 ** 62, dtype=tf.int64))
+                minval=-(2 ** 62), maxval=2 ** 62))
     value = tf.identity(seeds)
     if rank:
         value = tf.stack([tf.random.experimental.stateless_fold_in(row, rank)
