@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 import cifar_archives  # noqa: E402
+from built_once import built_once  # noqa: E402
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -81,10 +82,10 @@ def cifar_image_folders(tmp_path, cifar_image_folders_source):
 
 @pytest.fixture(scope="session")
 def tiny_data_dir(tmp_path_factory):
-    """A data directory with tiny random train/validation/eval TFRecords (64/16/32)."""
-    data_dir = tmp_path_factory.mktemp("tiny_tfrecords")
-    cifar_archives.make_tiny_tfrecords(str(data_dir))
-    return data_dir
+    """A data directory with tiny random train/validation/eval TFRecords (64/16/32), made
+    once for the test run: a test that changes its files changes a copy."""
+    return built_once(tmp_path_factory, "tiny_tfrecords",
+                      lambda data_dir: cifar_archives.make_tiny_tfrecords(str(data_dir)))
 
 
 @pytest.fixture
