@@ -9,6 +9,7 @@ built_once), so tests only read what they made.
 
 import glob
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -18,17 +19,19 @@ from built_once import built_once
 from cli_helpers import run_module
 
 TRAIN_STEPS = 10
+SEED = 7
 
 
 class TrainedJob:
     """A trained job dir, the data it was trained on and what the trainer printed, with
     ways to look inside."""
 
-    def __init__(self, job_dir, data_dir, stdout, stderr):
+    def __init__(self, job_dir, data_dir, args, stdout, stderr):
         self.job_dir = str(job_dir)
         self.data_dir = str(data_dir)
-        self.stdout = stdout
-        self.stderr = stderr
+        self.args = args  # the trainer's arguments, which train these weights again
+        # What the trainer printed, as a CompletedProcess (it succeeded).
+        self.result = subprocess.CompletedProcess(args, 0, stdout, stderr)
 
     def exports(self, exporter_name):
         """Timestamped export directories under job-dir/export/<exporter_name>, oldest first."""
@@ -57,23 +60,27 @@ class TrainedJob:
 
 @pytest.fixture(scope="session")
 def trained_job(tmp_path_factory, tiny_data_dir):
-    """ResNet-8 trained for 10 steps on tiny_data_dir by the real trainer CLI.
+    """ResNet-8 trained for 10 steps with seed 7 on tiny_data_dir by the real trainer CLI.
 
     Checkpoints every 5 steps; each evaluation (of a new checkpoint, at most one a
     second, and always of the last) exports to export/latest and, if best, export/best.
     """
-    def train(directory):
-        result = run_module("cifar10_estimator.main", [
+    def args(directory):
+        return [str(arg) for arg in [
             "--data-dir", tiny_data_dir, "--job-dir", directory / "job", "--num-gpus", "0",
             "--num-layers", "8", "--train-batch-size", "8", "--eval-batch-size", "8",
             "--train-steps", TRAIN_STEPS, "--save-checkpoints-steps", "5",
-            "--eval-every-secs", "1"])
+            "--eval-every-secs", "1", "--seed", SEED]]
+
+    def train(directory):
+        result = run_module("cifar10_estimator.main", args(directory))
         (directory / "stdout.txt").write_text(result.stdout)
         (directory / "stderr.txt").write_text(result.stderr)
         assert result.returncode == 0, result.stderr[-5000:]
 
     directory = built_once(tmp_path_factory, "trained_job", train)
-    return TrainedJob(directory / "job", tiny_data_dir, (directory / "stdout.txt").read_text(),
+    return TrainedJob(directory / "job", tiny_data_dir, args(directory),
+                      (directory / "stdout.txt").read_text(),
                       (directory / "stderr.txt").read_text())
 
 
