@@ -106,3 +106,17 @@ def tensorflow_info_messages():
     yield messages
     logger.removeHandler(handler)
     tf.compat.v1.logging.set_verbosity(previous_verbosity)
+
+
+# Fixtures of the trained_job plugin: a test that reads the trained job needs its training.
+TRAINED_JOB_FIXTURES = {"trained_job", "converted_models"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Every test of the trained job is slow (before -m selects); slow tests go first, so
+    that in a parallel run the short ones fill the cores at the end."""
+    for item in items:
+        if TRAINED_JOB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
