@@ -38,8 +38,9 @@ setup(
         # plot: the curves command draws with matplotlib; training never needs it.
         "plot": ["matplotlib>=3.5"],
         "onnx": ONNX_REQUIREMENTS,
-        # pytest-xdist: the suite runs on every core (pytest.ini).
-        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3", "Pillow",
+        # pytest-xdist: the suite runs on every core (pytest.ini). pytest 9.2 drops the group
+        # names that pytest-xdist 3.8 adds to test ids, which keeps tests together (loadgroup).
+        "test": ["pytest>=7,<9.2", "pytest-timeout>=2", "pytest-xdist>=3", "Pillow",
                  "matplotlib>=3.5"] + ONNX_REQUIREMENTS,
     },
     entry_points={"console_scripts": [

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 import cifar_archives  # noqa: E402
-from built_once import built_once  # noqa: E402
+from built_once import built_once, run_temp_dir  # noqa: E402
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -24,10 +24,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="session", autouse=True)
 def user_cache_of_the_session(tmp_path_factory):
-    """A cache directory of the test session's own (the trainer keeps its measured precision
-    speeds there), so tests neither read nor write the user's."""
+    """A cache directory of the test run's own (the trainer keeps its measured precision
+    speeds there, written atomically), so tests neither read nor write the user's and the
+    parallel workers measure once."""
     previous = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+    cache_home = run_temp_dir(tmp_path_factory) / "user-cache"
+    cache_home.mkdir(exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(cache_home)
     yield
     if previous is None:
         del os.environ["XDG_CACHE_HOME"]
@@ -120,3 +123,18 @@ def pytest_collection_modifyitems(items):
         if TRAINED_JOB_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xdist_groups_hold(request):
+    """A parallel run keeps each xdist_group on one worker, or every test errors saying why."""
+    if not getattr(request.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in request.session.items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        pytest.fail("pytest-xdist did not put the group in the ids of %d tests (%s, ...), so "
+                    "--dist loadgroup would spread each group over several workers; install "
+                    "the pytest that setup.py's test extra names" % (len(lost), lost[0]),
+                    pytrace=False)
