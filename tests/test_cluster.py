@@ -28,7 +28,8 @@ from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.serving import export
 from cifar10_estimator.distributed.local_cluster import Task
-from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module, start_module
+from cli_helpers import (REPO_ROOT, assert_one_line_error, cli_env, many_processes, run_module,
+                         start_module)
 from test_training import checkpoint_steps, eval_metrics, trainer_args
 
 MODULE = "cifar10_estimator.main"
@@ -46,10 +47,6 @@ def assert_async_final_step(job_dir, train_steps, num_trainers):
     assert train_steps <= final_step <= train_steps + 2 * num_trainers
     return final_step
 
-
-# Real clusters take ports that were free a moment before (local_cluster.free_ports), and
-# some tests time what a cluster does: in a parallel run they take turns on one worker.
-one_cluster_at_a_time = pytest.mark.xdist_group("clusters")
 
 CLUSTER = {"ps": ["127.0.0.1:2220"], "chief": ["127.0.0.1:2221"],
            "worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
@@ -189,7 +186,7 @@ def test_watchdog_reports_a_ps_lost_for_longer_than_the_timeout():
                        "checkpoint" % address]
 
 
-@one_cluster_at_a_time
+@many_processes
 def test_watchdog_reports_a_ps_that_never_came_up():
     address = "127.0.0.1:%d" % local_cluster.free_ports(1)[0]
     watchdog, reports, reported = watch(["127.0.0.1:1", address], timeout_secs=0.3)
@@ -352,7 +349,7 @@ def assert_only_the_chief_saves(output, job_dir):
         assert json.load(stream)["hparams"]["num_workers"] == 2
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, tmp_path,
                                                                start_launcher):
@@ -397,7 +394,7 @@ def placements(lines):
     return [match.groups() for match in map(PLACEMENT.search, lines) if match]
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
@@ -430,7 +427,7 @@ def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp
                           ("1", "/job:%s/replica:0/task:0/device:CPU:1" % job)}, towers
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_secs(
         tiny_data_dir, tmp_path, start_launcher):
@@ -474,7 +471,7 @@ def averages_and_weights(checkpoint):
             for name in reader.get_variable_to_shape_map() if name.endswith(AVERAGE_SUFFIX)}
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [
     ("--train-steps", "30"),
@@ -619,7 +616,7 @@ def wait_for_port(address, timeout_secs=120):
             time.sleep(0.2)
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [(), ("--sync",)], ids=["async", "sync"])
 def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, task_processes,
@@ -665,7 +662,7 @@ def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, ta
         assert_async_final_step(job_dir, 150, num_trainers=2)
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 def test_lost_ps_ends_chief_and_worker_with_one_clear_line(tiny_data_dir, tmp_path,
                                                            task_processes):
@@ -696,7 +693,7 @@ def test_lost_ps_ends_chief_and_worker_with_one_clear_line(tiny_data_dir, tmp_pa
             "last checkpoint" % ps_address)
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 def test_chief_gives_up_on_a_ps_that_never_starts(tiny_data_dir, tmp_path):
     chief_port, ps_port = local_cluster.free_ports(2)
@@ -710,7 +707,7 @@ def test_chief_gives_up_on_a_ps_that_never_starts(tiny_data_dir, tmp_path):
         "(127.0.0.1:%d) after 2 s" % ps_port)
 
 
-@one_cluster_at_a_time
+@many_processes
 @pytest.mark.slow
 def test_tf1_master_trains_and_evaluates_in_process(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
