@@ -38,8 +38,10 @@ setup(
         # plot: the curves command draws with matplotlib; training never needs it.
         "plot": ["matplotlib>=3.5"],
         "onnx": ONNX_REQUIREMENTS,
-        "test": ["pytest>=7", "pytest-timeout>=2", "Pillow", "matplotlib>=3.5"]
-        + ONNX_REQUIREMENTS,
+        # pytest-xdist: the suite runs on every core (pytest.ini). pytest 9.2 drops the group
+        # names that pytest-xdist 3.8 adds to test ids, which keeps tests together (loadgroup).
+        "test": ["pytest>=7,<9.2", "pytest-timeout>=2", "pytest-xdist>=3", "Pillow",
+                 "matplotlib>=3.5"] + ONNX_REQUIREMENTS,
     },
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",

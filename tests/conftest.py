@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 import cifar_archives  # noqa: E402
+from built_once import built_once, run_temp_dir  # noqa: E402
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -23,10 +24,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="session", autouse=True)
 def user_cache_of_the_session(tmp_path_factory):
-    """A cache directory of the test session's own (the trainer keeps its measured precision
-    speeds there), so tests neither read nor write the user's."""
+    """A cache directory of the test run's own (the trainer keeps its measured precision
+    speeds there, written atomically), so tests neither read nor write the user's and the
+    parallel workers measure once."""
     previous = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))
+    cache_home = run_temp_dir(tmp_path_factory) / "user-cache"
+    cache_home.mkdir(exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(cache_home)
     yield
     if previous is None:
         del os.environ["XDG_CACHE_HOME"]
@@ -81,10 +85,10 @@ def cifar_image_folders(tmp_path, cifar_image_folders_source):
 
 @pytest.fixture(scope="session")
 def tiny_data_dir(tmp_path_factory):
-    """A data directory with tiny random train/validation/eval TFRecords (64/16/32)."""
-    data_dir = tmp_path_factory.mktemp("tiny_tfrecords")
-    cifar_archives.make_tiny_tfrecords(str(data_dir))
-    return data_dir
+    """A data directory with tiny random train/validation/eval TFRecords (64/16/32), made
+    once for the test run: a test that changes its files changes a copy."""
+    return built_once(tmp_path_factory, "tiny_tfrecords",
+                      lambda data_dir: cifar_archives.make_tiny_tfrecords(str(data_dir)))
 
 
 @pytest.fixture
@@ -105,3 +109,37 @@ def tensorflow_info_messages():
     yield messages
     logger.removeHandler(handler)
     tf.compat.v1.logging.set_verbosity(previous_verbosity)
+
+
+# Fixtures of the trained_job plugin: a test that reads the trained job needs its training.
+TRAINED_JOB_FIXTURES = {"trained_job", "converted_models"}
+
+
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: a worker more than the cores, as tests often wait on the processes they start."""
+    return (os.cpu_count() or 1) + 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Every test of the trained job is slow (before -m selects); slow tests go first, so
+    that in a parallel run the short ones fill the cores at the end."""
+    for item in items:
+        if TRAINED_JOB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xdist_groups_hold(request):
+    """A parallel run keeps each xdist_group on one worker, or every test errors saying why."""
+    if not getattr(request.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in request.session.items
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        pytest.fail("pytest-xdist did not put the group in the ids of %d tests (%s, ...), so "
+                    "--dist loadgroup would spread each group over several workers; install "
+                    "the pytest that setup.py's test extra names" % (len(lost), lost[0]),
+                    pytrace=False)

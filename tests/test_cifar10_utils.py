@@ -278,6 +278,7 @@ print("update threads after training:", len(update_threads()), flush=True)
 """
 
 
+@pytest.mark.slow
 def test_the_sync_chiefs_update_thread_ends_before_the_program_exits():
     result = subprocess.run([sys.executable, "-c", SYNC_CHIEF_PROGRAM], cwd=REPO_ROOT,
                             env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

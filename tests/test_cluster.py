@@ -28,7 +28,8 @@ from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.serving import export
 from cifar10_estimator.distributed.local_cluster import Task
-from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module, start_module
+from cli_helpers import (REPO_ROOT, assert_one_line_error, cli_env, many_processes, run_module,
+                         start_module)
 from test_training import checkpoint_steps, eval_metrics, trainer_args
 
 MODULE = "cifar10_estimator.main"
@@ -185,6 +186,7 @@ def test_watchdog_reports_a_ps_lost_for_longer_than_the_timeout():
                        "checkpoint" % address]
 
 
+@many_processes
 def test_watchdog_reports_a_ps_that_never_came_up():
     address = "127.0.0.1:%d" % local_cluster.free_ports(1)[0]
     watchdog, reports, reported = watch(["127.0.0.1:1", address], timeout_secs=0.3)
@@ -347,11 +349,12 @@ def assert_only_the_chief_saves(output, job_dir):
         assert json.load(stream)["hparams"]["num_workers"] == 2
 
 
+@many_processes
 @pytest.mark.slow
 def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, tmp_path,
                                                                start_launcher):
     job_dir = tmp_path / "job"
-    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "400")
+    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "200")
     # The worker starts some 10-20 s after the chief (TensorFlow delays it 5 s on
     # purpose) and the chief alone could finish first: it is paused (SIGSTOP) meanwhile.
     run.wait_for("chief", LOSS_AT_STEP)
@@ -365,11 +368,11 @@ def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, t
 
     assert loss_steps(task_lines(output, "chief"))
     assert loss_steps(task_lines(output, "worker0")), "the worker did no step"
-    final_step = assert_async_final_step(job_dir, 400, num_trainers=2)
+    final_step = assert_async_final_step(job_dir, 200, num_trainers=2)
     # The worker may step while the chief saves its last checkpoint, so the global step
     # stored in it (which the evaluation reports) can be past the one in its name.
     evaluated_step = max(eval_metrics(job_dir))
-    assert final_step <= evaluated_step <= 400 + 2 * 2
+    assert final_step <= evaluated_step <= 200 + 2 * 2
     assert 0.0 <= eval_metrics(job_dir)[evaluated_step]["accuracy"] <= 1.0
     assert any("Exiting evaluation, global_step=%d" % evaluated_step in line
                for line in task_lines(output, "evaluator"))
@@ -377,7 +380,7 @@ def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, t
     assert_trainer_rates_add_up_to_the_cluster_rate(output, ["chief", "worker0"])
     # Every trainer says where the cluster's run is, in global steps of the cluster.
     for task in ("chief", "worker0"):
-        assert any(re.search(r"step \d+/400 \(\d+ %\), (\d+ examples/sec, about .* to go|"
+        assert any(re.search(r"step \d+/200 \(\d+ %\), (\d+ examples/sec, about .* to go|"
                              r"time to go not known yet)$", line)
                    for line in task_lines(output, task)), task
 
@@ -391,6 +394,7 @@ def placements(lines):
     return [match.groups() for match in map(PLACEMENT.search, lines) if match]
 
 
+@many_processes
 @pytest.mark.slow
 def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
@@ -423,13 +427,14 @@ def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp
                           ("1", "/job:%s/replica:0/task:0/device:CPU:1" % job)}, towers
 
 
+@many_processes
 @pytest.mark.slow
 def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_secs(
         tiny_data_dir, tmp_path, start_launcher):
     job_dir = tmp_path / "job"
     default_eval_every_secs = flags.build_parser().get_default("eval_every_secs")
     assert default_eval_every_secs == 600
-    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "300",
+    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "150",
                          "--save-checkpoints-steps", "50",
                          "--eval-every-secs", str(default_eval_every_secs),
                          launcher_flags=["--num-workers", "0"])
@@ -443,14 +448,14 @@ def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_sec
     exited_at = time.time()
     output = run.output()
     assert status == 0, output[-8000:]
-    final_checkpoint_written_at = os.path.getmtime(str(job_dir / "model.ckpt-300.index"))
+    final_checkpoint_written_at = os.path.getmtime(str(job_dir / "model.ckpt-150.index"))
     assert exited_at - final_checkpoint_written_at < 60
     # That first evaluation starts the 600 s wait; the checkpoints written during it are
     # skipped, the final one is not.
     evaluated = sorted(eval_metrics(job_dir))
-    assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == 300, evaluated
+    assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == 150, evaluated
     with open(str(job_dir / "test_results.json")) as stream:
-        assert json.load(stream)["global_step"] == 300
+        assert json.load(stream)["global_step"] == 150
     assert any(line.startswith("INFO:tensorflow:Test accuracy: ")
                for line in task_lines(output, "evaluator"))
 
@@ -466,6 +471,7 @@ def averages_and_weights(checkpoint):
             for name in reader.get_variable_to_shape_map() if name.endswith(AVERAGE_SUFFIX)}
 
 
+@many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [
     ("--train-steps", "30"),
@@ -610,12 +616,13 @@ def wait_for_port(address, timeout_secs=120):
             time.sleep(0.2)
 
 
+@many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [(), ("--sync",)], ids=["async", "sync"])
 def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, task_processes,
                                                      mode_flags):
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "300", *mode_flags)
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "150", *mode_flags)
     task_processes.start(Task("ps", 0), args)
     chief = task_processes.start(Task("chief"), args)
     worker = task_processes.start(Task("worker", 0), args)
@@ -636,7 +643,7 @@ def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, ta
     # chief then takes to give both gradients of each update itself. So it is paused;
     # with --sync only until the restarted worker's session is up, as its first step
     # waits for an update that the chief's thread applies. The chief would need
-    # hundreds of steps to finish alone from there, the worker one to rejoin.
+    # over a hundred steps to finish alone from there, the worker one to rejoin.
     chief.send_signal(signal.SIGSTOP)
     restarted = task_processes.start(Task("worker", 0), args, "worker0-restarted")
     if "--sync" in mode_flags:
@@ -650,11 +657,12 @@ def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, ta
     # It went on from the shared variables, from where the killed worker left them.
     assert rejoined_step >= step_seen > first_step
     if mode_flags:  # synchronous updates end exactly at --train-steps
-        assert checkpoint_steps(job_dir)[-1] == 300
+        assert checkpoint_steps(job_dir)[-1] == 150
     else:
-        assert_async_final_step(job_dir, 300, num_trainers=2)
+        assert_async_final_step(job_dir, 150, num_trainers=2)
 
 
+@many_processes
 @pytest.mark.slow
 def test_lost_ps_ends_chief_and_worker_with_one_clear_line(tiny_data_dir, tmp_path,
                                                            task_processes):
@@ -665,8 +673,12 @@ def test_lost_ps_ends_chief_and_worker_with_one_clear_line(tiny_data_dir, tmp_pa
     wait_for_port(ps_address)
     trainers = {"chief": task_processes.start(Task("chief"), args),
                 "worker0": task_processes.start(Task("worker", 0), args)}
-    for name, process in trainers.items():
-        task_processes.wait_for_step(process, name)
+    # The chief is paused (SIGSTOP) from its first step until the worker's, so that it
+    # does not train alone for the seconds the worker takes to start.
+    task_processes.wait_for_step(trainers["chief"], "chief")
+    trainers["chief"].send_signal(signal.SIGSTOP)
+    task_processes.wait_for_step(trainers["worker0"], "worker0")
+    trainers["chief"].send_signal(signal.SIGCONT)
 
     ps.kill()
     lost_at = time.monotonic()
@@ -681,6 +693,7 @@ def test_lost_ps_ends_chief_and_worker_with_one_clear_line(tiny_data_dir, tmp_pa
             "last checkpoint" % ps_address)
 
 
+@many_processes
 @pytest.mark.slow
 def test_chief_gives_up_on_a_ps_that_never_starts(tiny_data_dir, tmp_path):
     chief_port, ps_port = local_cluster.free_ports(2)
@@ -694,6 +707,7 @@ def test_chief_gives_up_on_a_ps_that_never_starts(tiny_data_dir, tmp_path):
         "(127.0.0.1:%d) after 2 s" % ps_port)
 
 
+@many_processes
 @pytest.mark.slow
 def test_tf1_master_trains_and_evaluates_in_process(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"

@@ -153,7 +153,7 @@ def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
     hparams = job_hparams.load(trained_job.job_dir)
     assert hparams == job_hparams.HParams(
         num_layers=8, train_batch_size=8, num_train_examples=64, data_format="channels_last",
-        train_steps=10)
+        train_steps=10, seed=7)
 
 
 def test_load_hparams_names_the_missing_file(tmp_path):

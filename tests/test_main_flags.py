@@ -319,6 +319,7 @@ def test_the_plan_line_and_hparams_json_name_the_recipe(base_args, tmp_path):
             saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 2)
 
 
+@pytest.mark.slow
 def test_low_resolution_epochs_train_the_first_steps_smaller_and_say_so(base_args):
     # 64 tiny training images at 8 a step: 8 steps an epoch, so 1.5 epochs are 12 steps.
     result = run_trainer(*(base_args + ["--train-steps", "20", "--low-resolution-epochs", "1.5",

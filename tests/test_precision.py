@@ -228,6 +228,7 @@ def test_fp16_step_with_an_overflow_in_one_tower_is_skipped_by_every_tower():
     assert all(np.all(np.isfinite(value)) for value in after)
 
 
+@pytest.mark.slow
 def test_fp16_gradients_overflowing_a_too_large_scale_lower_it_until_steps_apply(monkeypatch):
     # Scaled gradients beyond float16's range (2**40 x ~1e-2) overflow in the backward
     # pass only; the scale halves step by step until they fit, then steps apply.
@@ -293,6 +294,7 @@ def checkpoint_variables(job_dir):
     return dict(tf.train.list_variables(tf.train.latest_checkpoint(job_dir)))
 
 
+@pytest.mark.slow
 def test_a_job_resumes_in_another_precision_from_float32_checkpoints(tmp_path):
     job_dir = str(tmp_path / "job")
     train_input_fn = input_fn.make_synthetic_input_fn(1, 4)
@@ -312,6 +314,7 @@ def test_a_job_resumes_in_another_precision_from_float32_checkpoints(tmp_path):
         "global_step") == 6
 
 
+@pytest.mark.slow
 @needs_bf16_cpu
 def test_a_bf16_job_exports_float32_serves_predict_and_evaluate_and_resumes_in_fp32(
         tiny_data_dir, tmp_path):

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -15,6 +16,7 @@ import tensorflow as tf
 from cifar10_estimator.training import job_dir_lock
 from cli_helpers import run_module, start_module
 
+pytest_plugins = ["trained_job"]
 MODULE = "cifar10_estimator.main"
 pytestmark = pytest.mark.slow
 
@@ -58,6 +60,7 @@ def assert_trained_and_evaluated(result, job_dir, train_steps):
 
 
 def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
+    # 15 steps: the throughput line comes every 10 steps, once the first has started its clock.
     job_dir = tmp_path / "job"
     result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "15"))
     assert_trained_and_evaluated(result, job_dir, 15)
@@ -67,11 +70,9 @@ def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
                      result.stderr, re.M), result.stderr[-3000:]
 
 
-def test_validation_during_training_and_one_test_evaluation_at_the_end(tiny_data_dir, tmp_path):
-    job_dir = tmp_path / "job"
-    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "10",
-                                             "--save-checkpoints-steps", "5"))
-    assert result.returncode == 0, result.stderr[-5000:]
+def test_validation_during_training_and_one_test_evaluation_at_the_end(trained_job):
+    # trained_job: 10 steps, a checkpoint every 5.
+    result, job_dir = trained_job.result, pathlib.Path(trained_job.job_dir)
     # Evaluations during training: the validation set, in the Estimator's folder for it.
     assert 10 in eval_metrics(job_dir, "eval_validation")
     assert not (job_dir / "eval").exists()
@@ -122,15 +123,19 @@ def final_weights(job_dir):
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
-def test_the_same_seed_trains_the_same_weights_and_another_seed_others(tiny_data_dir,
-                                                                       tmp_path):
-    runs = {}
-    for name, seed in (("first", "7"), ("again", "7"), ("other", "8")):
-        job_dir = tmp_path / name
-        result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "6",
-                                                 "--seed", seed))
+def test_the_same_seed_trains_the_same_weights_and_another_seed_others(trained_job, tmp_path):
+    # trained_job trained with --seed 7: its arguments train it again, with 7 and with 8.
+    job_dirs = {"first": pathlib.Path(trained_job.job_dir)}
+    for name, seed in (("again", "7"), ("other", "8")):
+        job_dirs[name] = tmp_path / name
+        args = list(trained_job.args)
+        args[args.index("--job-dir") + 1] = str(job_dirs[name])
+        args[args.index("--seed") + 1] = seed
+        result = run_module(MODULE, args)
         assert result.returncode == 0, result.stderr[-5000:]
-        assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["seed"] == int(seed)
+    runs = {}
+    for (name, job_dir), seed in zip(job_dirs.items(), (7, 7, 8)):
+        assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["seed"] == seed
         runs[name] = final_weights(job_dir)
     kernel = next(name for name in runs["first"] if name.endswith("conv2d/kernel"))
     for name, value in runs["first"].items():
@@ -260,7 +265,8 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
     with open(str(job_dir / job_dir_lock.LOCK_FILENAME)) as stream:
         assert json.load(stream)["pid"] == process.pid
 
-    result = run_module(MODULE, args)
+    # A checkpoint at the end only: the rerun saves once, not 79 times.
+    result = run_module(MODULE, args + ["--save-checkpoints-steps", "400"])
     exited_at = time.time()
     assert result.returncode == 0, result.stderr[-5000:]
     restored = re.search(r"Restoring parameters from \S+model\.ckpt-(\d+)", result.stderr)

@@ -1,30 +1,37 @@
 """A pytest plugin: one tiny job dir trained through the real CLI, and its best export
-converted to each other runtime's file, shared by the session.
+converted to each other runtime's file, shared by the whole test run.
 
-Test modules use it with `pytest_plugins = ["trained_job"]` (which registers the
-fixtures once, so the training and conversions run once however many modules ask for
-them) and the `trained_job` and `converted_models` fixtures; they do not import this
-module.
+Test modules use it with `pytest_plugins = ["trained_job"]` and the `trained_job` and
+`converted_models` fixtures; they do not import this module. The training and the
+conversions run once however many modules and parallel workers ask for them (see
+built_once), so tests only read what they made.
 """
 
 import glob
 import os
+import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from built_once import built_once
 from cli_helpers import run_module
 
 TRAIN_STEPS = 10
+SEED = 7
 
 
 class TrainedJob:
-    """A trained job dir and the data it was trained on, with ways to look inside."""
+    """A trained job dir, the data it was trained on and what the trainer printed, with
+    ways to look inside."""
 
-    def __init__(self, job_dir, data_dir):
+    def __init__(self, job_dir, data_dir, args, stdout, stderr):
         self.job_dir = str(job_dir)
         self.data_dir = str(data_dir)
+        self.args = args  # the trainer's arguments, which train these weights again
+        # What the trainer printed, as a CompletedProcess (it succeeded).
+        self.result = subprocess.CompletedProcess(args, 0, stdout, stderr)
 
     def exports(self, exporter_name):
         """Timestamped export directories under job-dir/export/<exporter_name>, oldest first."""
@@ -53,19 +60,28 @@ class TrainedJob:
 
 @pytest.fixture(scope="session")
 def trained_job(tmp_path_factory, tiny_data_dir):
-    """ResNet-8 trained for 10 steps on tiny_data_dir by the real trainer CLI.
+    """ResNet-8 trained for 10 steps with seed 7 on tiny_data_dir by the real trainer CLI.
 
     Checkpoints every 5 steps; each evaluation (of a new checkpoint, at most one a
     second, and always of the last) exports to export/latest and, if best, export/best.
     """
-    job_dir = tmp_path_factory.mktemp("trained") / "job"
-    result = run_module("cifar10_estimator.main", [
-        "--data-dir", tiny_data_dir, "--job-dir", job_dir, "--num-gpus", "0",
-        "--num-layers", "8", "--train-batch-size", "8", "--eval-batch-size", "8",
-        "--train-steps", TRAIN_STEPS, "--save-checkpoints-steps", "5",
-        "--eval-every-secs", "1"])
-    assert result.returncode == 0, result.stderr[-5000:]
-    return TrainedJob(job_dir, tiny_data_dir)
+    def args(directory):
+        return [str(arg) for arg in [
+            "--data-dir", tiny_data_dir, "--job-dir", directory / "job", "--num-gpus", "0",
+            "--num-layers", "8", "--train-batch-size", "8", "--eval-batch-size", "8",
+            "--train-steps", TRAIN_STEPS, "--save-checkpoints-steps", "5",
+            "--eval-every-secs", "1", "--seed", SEED]]
+
+    def train(directory):
+        result = run_module("cifar10_estimator.main", args(directory))
+        (directory / "stdout.txt").write_text(result.stdout)
+        (directory / "stderr.txt").write_text(result.stderr)
+        assert result.returncode == 0, result.stderr[-5000:]
+
+    directory = built_once(tmp_path_factory, "trained_job", train)
+    return TrainedJob(directory / "job", tiny_data_dir, args(directory),
+                      (directory / "stdout.txt").read_text(),
+                      (directory / "stderr.txt").read_text())
 
 
 # --to of the convert command -> the file it writes.
@@ -76,23 +92,32 @@ CONVERTED_FILE_NAMES = {"tflite": "model.tflite", "tflite-int8": "model-int8.tfl
 class ConvertedModel:
     """A file the convert command wrote, and what it printed."""
 
-    def __init__(self, path, result):
+    def __init__(self, path):
         self.path = str(path)
-        self.stdout = result.stdout
-        self.stderr = result.stderr
+        self.stdout = read_text(path + ".stdout")
+        self.stderr = read_text(path + ".stderr")
+
+
+def read_text(path):
+    with open(path) as stream:
+        return stream.read()
 
 
 @pytest.fixture(scope="session")
 def converted_models(tmp_path_factory, trained_job):
     """{--to: ConvertedModel}: the job dir converted by the real convert CLI to each format,
-    checked and (int8) calibrated on the validation subset of its data."""
-    output_dir = tmp_path_factory.mktemp("converted")
-    models = {}
-    for to, name in CONVERTED_FILE_NAMES.items():
-        path = output_dir / name
-        result = run_module("cifar10_estimator.serving.convert", [
-            "--export-dir", trained_job.job_dir, "--to", to, "--output", path,
-            "--data-dir", trained_job.data_dir])
-        assert result.returncode == 0, result.stderr[-5000:]
-        models[to] = ConvertedModel(path, result)
-    return models
+    checked and (int8) calibrated on the validation subset of its data, once for the test
+    run."""
+    def convert(output_dir):
+        for to, name in CONVERTED_FILE_NAMES.items():
+            path = output_dir / name
+            result = run_module("cifar10_estimator.serving.convert", [
+                "--export-dir", trained_job.job_dir, "--to", to, "--output", path,
+                "--data-dir", trained_job.data_dir])
+            assert result.returncode == 0, result.stderr[-5000:]
+            (output_dir / (name + ".stdout")).write_text(result.stdout)
+            (output_dir / (name + ".stderr")).write_text(result.stderr)
+
+    output_dir = built_once(tmp_path_factory, "converted_models", convert)
+    return {to: ConvertedModel(str(output_dir / name))
+            for to, name in CONVERTED_FILE_NAMES.items()}
