@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import cifar_archives
-from cli_helpers import REPO_ROOT, cli_env, run_module
+from cli_helpers import REPO_ROOT, cli_env, many_processes, run_module
 from test_training import resume_step
 
 MODULE = "cifar10_estimator.main"
@@ -362,6 +362,7 @@ def test_the_training_stream_resumes_at_the_global_step_without_a_seed(tiny_data
 
 
 @pytest.mark.slow
+@many_processes
 def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
     from test_cluster import TaskProcesses
     from cifar10_estimator.distributed.local_cluster import Task
