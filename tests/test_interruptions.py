@@ -232,11 +232,9 @@ def test_a_run_stopped_twice_and_resumed_ends_with_bitwise_the_weights_of_one_ne
     assert "input_pipeline/seeds" in whole
     differing = [name for name in whole if not np.array_equal(whole[name], stopped[name])]
     assert differing == []
-    # The comparison can tell runs apart: another seed ends elsewhere.
-    other = run_module(MODULE, job_args(tiny_data_dir, tmp_path / "other",
-                                        *(flags[:3] + ["8"] + flags[4:])))
-    assert other.returncode == 0, other.stderr[-3000:]
-    assert not np.array_equal(final_variables(tmp_path / "other")["resnet/dense/kernel"],
+    # The comparison can tell runs apart: the stop fell mid-run, where the weights moved.
+    second_stop = tf.train.load_checkpoint(str(job_dir / ("model.ckpt-%d" % saved_steps[1])))
+    assert not np.array_equal(second_stop.get_tensor("resnet/dense/kernel"),
                               whole["resnet/dense/kernel"])
 
 
