@@ -354,7 +354,7 @@ def assert_only_the_chief_saves(output, job_dir):
 def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, tmp_path,
                                                                start_launcher):
     job_dir = tmp_path / "job"
-    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "200")
+    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "400")
     # The worker starts some 10-20 s after the chief (TensorFlow delays it 5 s on
     # purpose) and the chief alone could finish first: it is paused (SIGSTOP) meanwhile.
     run.wait_for("chief", LOSS_AT_STEP)
@@ -368,11 +368,11 @@ def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, t
 
     assert loss_steps(task_lines(output, "chief"))
     assert loss_steps(task_lines(output, "worker0")), "the worker did no step"
-    final_step = assert_async_final_step(job_dir, 200, num_trainers=2)
+    final_step = assert_async_final_step(job_dir, 400, num_trainers=2)
     # The worker may step while the chief saves its last checkpoint, so the global step
     # stored in it (which the evaluation reports) can be past the one in its name.
     evaluated_step = max(eval_metrics(job_dir))
-    assert final_step <= evaluated_step <= 200 + 2 * 2
+    assert final_step <= evaluated_step <= 400 + 2 * 2
     assert 0.0 <= eval_metrics(job_dir)[evaluated_step]["accuracy"] <= 1.0
     assert any("Exiting evaluation, global_step=%d" % evaluated_step in line
                for line in task_lines(output, "evaluator"))
@@ -380,7 +380,7 @@ def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, t
     assert_trainer_rates_add_up_to_the_cluster_rate(output, ["chief", "worker0"])
     # Every trainer says where the cluster's run is, in global steps of the cluster.
     for task in ("chief", "worker0"):
-        assert any(re.search(r"step \d+/200 \(\d+ %\), (\d+ examples/sec, about .* to go|"
+        assert any(re.search(r"step \d+/400 \(\d+ %\), (\d+ examples/sec, about .* to go|"
                              r"time to go not known yet)$", line)
                    for line in task_lines(output, task)), task
 
