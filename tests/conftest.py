@@ -115,6 +115,11 @@ def tensorflow_info_messages():
 TRAINED_JOB_FIXTURES = {"trained_job", "converted_models"}
 
 
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: a worker more than the cores, as tests often wait on the processes they start."""
+    return (os.cpu_count() or 1) + 1
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Every test of the trained job is slow (before -m selects); slow tests go first, so
