@@ -185,9 +185,10 @@ def run_command(main, argv=None, prog=None):
 
 
 @contextlib.contextmanager
-def _stderr_held(write_out):
+def _stderr_held(write_out, held_text=None):
     """Hold back what the block writes to file descriptor 2 (C++ code included), then
-    write it out if write_out(the exception the block raised, or None) is true."""
+    write it out if write_out(the exception the block raised, or None) is true; else, if
+    the block succeeded, hand it to held_text (a HeldStderr), if given."""
     sys.stderr.flush()
     saved_fd = os.dup(2)
     with tempfile.TemporaryFile() as held:
@@ -202,10 +203,12 @@ def _stderr_held(write_out):
             sys.stderr.flush()
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
+            held.seek(0)
             if write_out(raised):
-                held.seek(0)
                 sys.stderr.write(held.read().decode("utf-8", "replace"))
                 sys.stderr.flush()
+            elif raised is None and held_text is not None:
+                held_text.text = held.read().decode("utf-8", "replace")
 
 
 def stderr_dropped_on_user_error():
@@ -216,6 +219,30 @@ def stderr_dropped_on_user_error():
     at import); written out once the block ends in any other way.
     """
     return _stderr_held(lambda error: not isinstance(error, Cifar10EstimatorError))
+
+
+class HeldStderr:
+    """What a block wrote to file descriptor 2, once it has ended (`text`)."""
+
+    def __init__(self):
+        self.text = ""
+
+
+@contextlib.contextmanager
+def stderr_held_for_the_log():
+    """Hold back what the block writes to file descriptor 2 (C++ code included).
+
+    Yields a HeldStderr whose text is what was written, for the caller to place once the
+    block succeeds (the trainer's start-up notices go to its log file). Dropped if the
+    block raises a Cifar10EstimatorError, written out if it raises anything else.
+    """
+    held = HeldStderr()
+
+    def write_out(error):
+        return error is not None and not isinstance(error, Cifar10EstimatorError)
+
+    with _stderr_held(write_out, held):
+        yield held
 
 
 def stderr_dropped_on_success():

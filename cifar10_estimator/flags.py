@@ -73,6 +73,12 @@ class Settings:
     use_distortion_for_training: bool = option(
         True, "Pad, random-crop and flip training images (true/false).",
         group="data and output", type=parse_bool, metavar="BOOL")
+    verbose: bool = option(
+        False, "Print TensorFlow's whole log on the console, as the tutorial did: the "
+               "throughput every 10 steps, the loss, the network's shapes. Without it the "
+               "console shows the plan, the progress, each evaluation, warnings and the "
+               "summary; the whole log always goes to job-dir/train.log.",
+        group="data and output", action="store_true")
 
     num_gpus: int = option(
         1, "GPUs to use, one tower each; 0 trains on the CPU.",

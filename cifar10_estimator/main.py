@@ -10,7 +10,8 @@ Settings, resolved once, and their HParams (saved to job-dir/hparams.json) -> Ru
 -> tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
 SIGTERM and Ctrl-C end it after the step in flight with that step saved (exit status 143,
 130; training.stop_signals); a diverging loss or a full job dir ends it with one line
-(training.run_faults).
+(training.run_faults). The console shows what a person watches, and job-dir/train.log
+gets TensorFlow's whole log (training.console).
 """
 
 import contextlib
@@ -25,6 +26,8 @@ from cifar10_estimator.training import job_dir_lock
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import schedule
 from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
+from cifar10_estimator.cli import stderr_held_for_the_log
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError
@@ -36,18 +39,34 @@ def main(argv):
         # Placements are logged by TensorFlow's C++ runtime at INFO level.
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
     task = cluster.task_from_tf_config(os.environ.get("TF_CONFIG"))
-    with stderr_dropped_on_user_error():
-        # TensorFlow's import notices are dropped with a user error's one line.
+    with stderr_held_for_the_log() as startup_output:
+        # TensorFlow's import notices are dropped with a user error's one line, else
+        # they go to the log file.
         flags.quiet_tensorflow_logs()
         flags.validate(settings, task)
     with disk_faults_named(settings.job_dir), hold_job_dir(settings.job_dir, task), \
+            run_console_of(settings, task, startup_output.text) as run_console, \
             stop_signals_of(task) as signals:
         with stderr_dropped_on_user_error():
             # Before any graph: the reader would fail only inside training, after the
             # first checkpoint, or read a file cut short without a word.
             for subset in flags.subsets_read(settings, task):
                 tfrecord_format.check_tfrecords(settings.data_dir, subset)
-        train_and_evaluate(flags.resolve(settings, task), task, signals)
+        train_and_evaluate(flags.resolve(settings, task), task, signals, run_console)
+
+
+@contextlib.contextmanager
+def run_console_of(settings, task, startup_output):
+    """The RunConsole of this process (training.console): its log file in the job dir,
+    one per task of a cluster; a job dir that is not a local directory gets none."""
+    from cifar10_estimator.training import console
+    log_path = None
+    if "://" not in settings.job_dir:
+        os.makedirs(settings.job_dir, exist_ok=True)
+        log_path = os.path.join(settings.job_dir, console.log_file_name(task))
+    with console.RunConsole(log_path, verbose=settings.verbose) as run_console:
+        run_console.startup_output(startup_output)
+        yield run_console
 
 
 def stop_signals_of(task=None):
@@ -195,7 +214,7 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
             task.ps_addresses, ps_timeout_secs, _exit_with_error).start()
 
 
-def train_and_evaluate(settings, task=None, signals=None):
+def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     """Build the Estimator from resolved settings and run tf.estimator.train_and_evaluate.
 
     An evaluator task runs checkpoint_evaluation.evaluate_until_final instead, which
@@ -207,6 +226,8 @@ def train_and_evaluate(settings, task=None, signals=None):
       task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
       signals: the stop_signals.StopSignals SIGTERM and Ctrl-C are caught with, or None
         (a new one, installed by nobody: no signal stops the run early).
+      run_console: the training.console.RunConsole the progress is shown on, or None
+        (progress lines are logged).
 
     Returns:
       The final evaluation metrics (dict) where this task ran the final evaluation, else None.
@@ -217,6 +238,7 @@ def train_and_evaluate(settings, task=None, signals=None):
     """
     import tensorflow as tf
     from cifar10_estimator import model_fn
+    from cifar10_estimator.training import hparams_summary
     from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import run_faults
     from cifar10_estimator.training import stop_signals
@@ -230,16 +252,25 @@ def train_and_evaluate(settings, task=None, signals=None):
         # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
         # Python's random module, not from the graph seed.
         random.seed(run_config.tf_random_seed)
+    evaluation_cost = 1.0
     if not task or task.is_trainer:
-        log_precision_speed(precision.policy(hparams.precision), settings.num_gpus)
+        evaluation_cost = log_precision_speed(precision.policy(hparams.precision),
+                                              settings.num_gpus, hparams)
     if run_config.is_chief:
         job_hparams.save(settings.job_dir, hparams)
+        hparams_summary.write(settings.job_dir, hparams)
     log_schedule(hparams)
+    log_resumption(settings.job_dir, task)
     layout = model_fn.TowerLayout.for_devices(
         settings.num_gpus, settings.num_cpu_towers, settings.variable_strategy)
     last_step = schedule.last_step(hparams)
     # One per process: it spans the training sessions and the evaluations between them.
-    progress = run_progress.RunProgress(last_step, hparams.examples_per_global_step)
+    progress = run_progress.RunProgress(
+        last_step, hparams.examples_per_global_step,
+        phases=run_progress.training_phases(hparams, cifar10_facts.HEIGHT),
+        evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
+                     if not task else None),
+        report=run_console.report_progress if run_console else None)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress,
                                         first_conv_kernel(settings, task)),
@@ -253,7 +284,7 @@ def train_and_evaluate(settings, task=None, signals=None):
                run_faults.DivergenceHook(hparams, settings.job_dir)],
         saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
                           run_progress.ProgressCheckpointListener(progress)])
-    eval_spec = make_eval_spec(settings, signals)
+    eval_spec = make_eval_spec(settings, signals, progress)
     # A signal during the start-up (the precision probe, the graph) stops the run here.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
     if task and task.task_type == cluster.EVALUATOR:
@@ -277,6 +308,26 @@ def train_and_evaluate(settings, task=None, signals=None):
     return metrics
 
 
+def evaluation_plan(settings, run_config, relative_cost):
+    """The training.progress.EvaluationPlan of a run on one machine, for its time to go."""
+    from cifar10_estimator import model_fn
+    from cifar10_estimator.training import progress as run_progress
+    views_per_image = model_fn.num_views(settings.hparams)
+    subset = flags.periodic_eval_subset(settings)
+    periodic_images = flags.eval_steps(settings, subset) * settings.eval_batch_size
+    test_images = flags.eval_steps(settings, "eval") * settings.eval_batch_size
+    final_images = periodic_images + (test_images if subset == "validation" else 0)
+    return run_progress.EvaluationPlan(
+        every_secs=settings.eval_every_secs,
+        views_per_evaluation=periodic_images * views_per_image,
+        final_views=final_images * views_per_image,
+        num_final_evaluations=2 if subset == "validation" else 1,
+        exports_per_evaluation=len(make_exporters(subset)),
+        checkpoint_every_secs=run_config.save_checkpoints_secs,
+        checkpoint_every_steps=run_config.save_checkpoints_steps,
+        relative_cost=relative_cost)
+
+
 def _stopped_outside_training_text(job_dir, task):
     """How a run stopped outside a training session ends: what is saved, what a rerun does."""
     import tensorflow as tf
@@ -297,34 +348,51 @@ def _latest_step(job_dir):
     return str(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
 
 
-def log_precision_speed(precision_policy, num_gpus):
+def log_precision_speed(precision_policy, num_gpus, hparams):
     """On the CPU, say in one line how a mixed precision's speed compares with fp32's here:
-    a warning where it is slower (measured once per machine, see precision_speed)."""
+    a warning where it is slower (measured once per machine, see precision_speed).
+
+    Returns:
+      The cost of an evaluated image against training's precision: above 1 where
+      training is faster in a mixed precision and evaluations compute in float32.
+    """
     if not precision_policy.is_mixed or num_gpus:
-        return
+        return 1.0
     import tensorflow as tf
     from cifar10_estimator.machine import precision_speed
+    from cifar10_estimator.training import console
     speeds = precision_speed.measured_speeds(precision_policy)
     warning = precision_speed.slower_than_fp32_warning(precision_policy, speeds)
+    speed_ratio = speeds[precision_policy.name] / speeds["fp32"]
     if warning:
         tf.compat.v1.logging.warning(warning)
     else:
-        tf.compat.v1.logging.info(
+        console.console_logger().info(
             "--precision %s trains at %.2fx the speed of fp32 on this machine (measured %s)",
-            precision_policy.name, speeds[precision_policy.name] / speeds["fp32"],
-            speeds.get("measured", "earlier"))
+            precision_policy.name, speed_ratio, speeds.get("measured", "earlier"))
+    return 1.0 if hparams.eval_in_training_precision else speed_ratio
 
 
 def log_schedule(hparams):
     """Log the run's length and learning rate once; warn if the rate never drops."""
     import tensorflow as tf
-    tf.compat.v1.logging.info("Recipe %s. %s", hparams.recipe, schedule.describe(hparams))
+    from cifar10_estimator.training import console
+    console.console_logger().info("Recipe %s. %s", hparams.recipe, schedule.describe(hparams))
     warning = schedule.never_drops_warning(hparams)
     if warning:
         tf.compat.v1.logging.warning(warning)
 
 
-def make_eval_spec(settings, signals):
+def log_resumption(job_dir, task=None):
+    """Say where a trainer that finds a checkpoint in its job dir carries on from."""
+    import tensorflow as tf
+    from cifar10_estimator.training import console
+    checkpoint = tf.train.latest_checkpoint(job_dir)
+    if checkpoint and (task is None or task.writes_checkpoints):
+        console.console_logger().info("Resuming from %s", checkpoint)
+
+
+def make_eval_spec(settings, signals, progress=None):
     """The EvalSpec of the evaluations during training, with its exporters.
 
     On the validation set they are a named evaluation (job-dir/eval_validation/) and
@@ -333,23 +401,39 @@ def make_eval_spec(settings, signals):
     in the original, and no best export is kept: never select a model on test data.
     """
     import tensorflow as tf
-    from cifar10_estimator.serving import export
+    from cifar10_estimator import model_fn
+    from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import stop_signals
     subset = flags.periodic_eval_subset(settings)
+    exporters = make_exporters(subset)
+    hooks = [stop_signals.StopEvaluationHook(signals, settings.job_dir)]
+    if progress is not None:
+        hooks.append(run_progress.EvaluationTimer(
+            progress, settings.eval_batch_size * model_fn.num_views(settings.hparams)))
     if subset == "validation":
         name = "validation"
-        exporters = [export.latest_exporter(), export.best_exporter(name)]
     else:
-        name, exporters = None, [export.latest_exporter()]
+        name = None
         tf.compat.v1.logging.info(
             "Evaluating on the test set during training (%s); no best export is kept, as "
             "choosing a model on test data would make its test accuracy optimistic.",
             "--eval-subset eval" if settings.eval_subset == "eval"
             else "%s has no validation set" % settings.data_dir)
+    evaluation_lines = run_progress.EvaluationLineExporter(
+        "validation set" if subset == "validation" else "test set", progress)
     return tf.estimator.EvalSpec(
         make_eval_input_fn(settings, subset), steps=flags.eval_steps(settings, subset),
         name=name, start_delay_secs=0, throttle_secs=settings.eval_every_secs,
-        exporters=exporters, hooks=[stop_signals.StopEvaluationHook(signals, settings.job_dir)])
+        exporters=[evaluation_lines] + exporters, hooks=hooks)
+
+
+def make_exporters(subset):
+    """The exporters after each evaluation of `subset`: the latest model, and on the
+    validation set the best one too (never select a model on test data)."""
+    from cifar10_estimator.serving import export
+    if subset == "validation":
+        return [export.latest_exporter(), export.best_exporter("validation")]
+    return [export.latest_exporter()]
 
 
 def report_on_test(estimator, settings, eval_spec, final_metrics):
@@ -360,7 +444,7 @@ def report_on_test(estimator, settings, eval_spec, final_metrics):
       final_metrics: the final evaluation of eval_spec, which already is the test
         evaluation when eval_spec evaluates the test set.
     """
-    import tensorflow as tf
+    from cifar10_estimator.training import console
     from cifar10_estimator.training import weight_averaging
     checkpoint = estimator.latest_checkpoint()
     steps = flags.eval_steps(settings, "eval")
@@ -375,7 +459,7 @@ def report_on_test(estimator, settings, eval_spec, final_metrics):
         metrics, steps * settings.eval_batch_size, checkpoint,
         weight_averaging.evaluated_weights(settings.hparams.moving_average_decay, checkpoint))
     report.write_test_results(settings.job_dir, results)
-    tf.compat.v1.logging.info(report.test_accuracy_line(results))
+    console.console_logger().info(report.test_accuracy_line(results))
     print(report.summary(settings.job_dir,
                          None if settings.use_synthetic_data else settings.data_dir,
                          validation_metrics, results), flush=True)

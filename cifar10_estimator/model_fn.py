@@ -23,7 +23,8 @@ from cifar10_estimator.training import schedule
 from cifar10_estimator.training import weight_averaging
 
 LOSS_LOG_EVERY_N_STEPS = 100
-PROGRESS_LOG_EVERY_N_STEPS = 100
+# The progress is reported this often; the console decides what it shows (training.console).
+PROGRESS_LOG_EVERY_N_STEPS = 10
 EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
 NUM_SUMMARY_IMAGES = 3
 
@@ -168,6 +169,11 @@ def _inference(images, hparams, dtype):
                           len(views), axis=0)
     probabilities = tf.add_n([_class_probabilities(logits) for logits in all_logits])
     return all_logits[0], probabilities / float(len(views))
+
+
+def num_views(hparams):
+    """How many views of each image an evaluation or prediction averages (_views)."""
+    return (5 if hparams.eval_shifts else 1) * (2 if hparams.eval_flips else 1)
 
 
 def _views(images, shift, flips):
@@ -402,12 +408,15 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
             None if loss_scale is None else loss_scale.scale)
 
         with tf.device(layout.consolidation_device):
-            loss = tf.reduce_mean(tower_losses, name="loss")
+            # Not named "loss": tf.estimator writes the training loss under that tag,
+            # which an op of the name would push to "loss_1", away from the
+            # evaluations' "loss" in TensorBoard.
+            loss = tf.reduce_mean(tower_losses, name="mean_loss")
             predictions = _predictions(tf.concat(tower_probabilities, axis=0))
             stacked_labels = tf.concat(labels, axis=0)
-            metrics = {"accuracy": tf.compat.v1.metrics.accuracy(
-                stacked_labels, predictions["classes"])}
             if not is_training:
+                metrics = {"accuracy": tf.compat.v1.metrics.accuracy(
+                    stacked_labels, predictions["classes"])}
                 return tf.estimator.EstimatorSpec(
                     mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics,
                     scaffold=_inference_scaffold(hparams))
@@ -431,7 +440,8 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
             batch_accuracy = tf.reduce_mean(tf.cast(
                 tf.equal(tf.cast(stacked_labels, tf.int64), predictions["classes"]), tf.float32))
             tf.compat.v1.summary.scalar("learning_rate", learning_rate)
-            tf.compat.v1.summary.scalar("train_accuracy", batch_accuracy)
+            # The evaluations' tag for their accuracy, so the curves lie over each other.
+            tf.compat.v1.summary.scalar("accuracy", batch_accuracy)
             tf.compat.v1.summary.image(
                 "images", tf.cast(features[0], tf.uint8), max_outputs=NUM_SUMMARY_IMAGES)
             logged = {"learning_rate": learning_rate, "loss": loss}
@@ -455,10 +465,12 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
         ]
         if progress is not None:
             hooks.append(run_progress.ProgressHook(
-                progress, every_n_steps=PROGRESS_LOG_EVERY_N_STEPS))
+                progress, every_n_steps=PROGRESS_LOG_EVERY_N_STEPS,
+                summary_dir=config.model_dir if config and config.is_chief else None,
+                summary_every_n_steps=config.save_summary_steps if config else 100))
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
-            training_hooks=hooks, eval_metric_ops=metrics, scaffold=scaffold)
+            training_hooks=hooks, scaffold=scaffold)
 
     return model_fn
 

@@ -126,7 +126,7 @@ def test_gradients_are_averaged_on_their_variables_device_and_summaries_written(
     variables_count = len(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))
     assert len(averaging) == variables_count
     assert all(op.device.lower().endswith("cpu:0") for op in averaging)
-    assert {"learning_rate", "train_accuracy"} <= summaries
+    assert {"learning_rate", "accuracy"} <= summaries
     assert any(name.startswith("images") for name in summaries), summaries
 
 

@@ -104,7 +104,7 @@ def test_mixed_precision_trains_in_its_type_on_float32_variables(precision_name,
     assert conv_dtypes(graph) == {dtype}
     variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
     assert {v.dtype.base_dtype for v in variables} <= {tf.float32, tf.int64}
-    loss = graph.get_tensor_by_name("loss:0")
+    loss = graph.get_tensor_by_name("mean_loss:0")
     assert loss.dtype == tf.float32
 
 
@@ -122,7 +122,7 @@ def test_evaluation_in_training_precision_computes_in_it_and_keeps_float32_outpu
     assert conv_dtypes(graph) == {dtype}
     variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
     assert {v.dtype.base_dtype for v in variables} <= {tf.float32, tf.int64}
-    assert graph.get_tensor_by_name("loss:0").dtype == tf.float32
+    assert graph.get_tensor_by_name("mean_loss:0").dtype == tf.float32
 
 
 def test_prediction_and_exports_stay_float32_with_evaluation_in_training_precision():

@@ -1,8 +1,14 @@
-"""The run's progress: where training is, its rate, and when it ends, logged as one line.
+"""The run's progress: where training is, its rate, and when it ends, as one line.
 
 RunProgress keeps the global steps and wall time of the whole run; ProgressHook records
-a point every N global steps and logs progress_line, ProgressCheckpointListener pauses
-the clock at each checkpoint, since an evaluation may follow.
+a point every N global steps and reports progress_line, ProgressCheckpointListener pauses
+the clock at each checkpoint, since an evaluation may follow, and EvaluationTimer times
+the evaluations. The time to go knows the run's plan: its training phases (steps on
+smaller images cost less; `training_phases`) and the evaluations still to come, during
+training and after the last step (`EvaluationPlan`). Each phase is rated from its own
+steps once it has run a while, and until then from the phase before it, scaled by the
+relative cost of their steps; an evaluation is timed from the evaluations measured so
+far, and until there is one from the training rate (FORWARD_PASSES_PER_TRAINING_EXAMPLE).
 """
 
 import collections
@@ -12,10 +18,77 @@ import time
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_utils
+from cifar10_estimator.training import schedule
 
 # The rate behind the time to go comes from about this much recent training: long enough
 # to smooth over a checkpoint or a slow batch, short enough to follow a change of speed.
 PROGRESS_WINDOW_SECS = 300
+# A phase is rated from its own steps once it has trained this long: its first steps
+# include the set-up of kernels for the new image size.
+PHASE_SETTLING_SECS = 10
+# A training example costs about three forward passes (the backward pass about two):
+# the cost of one evaluated view of an image before an evaluation was timed.
+FORWARD_PASSES_PER_TRAINING_EXAMPLE = 3.0
+# Each evaluation's graph build and restore, and each export, beyond its forward passes.
+EVALUATION_SET_UP_SECS = 2.0
+EXPORT_SECS = 1.0
+# TensorBoard's tag of the run's rate (the recent rate of the time to go).
+EXAMPLES_PER_SEC_TAG = "examples/sec"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPhase:
+    """A stretch of training with steps of one cost.
+
+    Attributes:
+      end_step: the global step at which the phase ends.
+      relative_cost: the cost of one of its steps against a step on full-size images.
+    """
+
+    end_step: int
+    relative_cost: float = 1.0
+
+
+def training_phases(hparams, full_size):
+    """The TrainingPhases of a run: the --low-resolution epochs, then full-size images.
+
+    A step's cost is taken in proportion to the images' pixels.
+    """
+    last_step = schedule.last_step(hparams)
+    low_resolution_end = min(schedule.low_resolution_steps(hparams), last_step)
+    phases = []
+    if low_resolution_end > 0:
+        phases.append(TrainingPhase(low_resolution_end,
+                                    (hparams.low_resolution / full_size) ** 2))
+    phases.append(TrainingPhase(last_step))
+    return tuple(phases)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationPlan:
+    """The evaluations a process runs besides training; a view is one image's forward pass.
+
+    Attributes:
+      every_secs: evaluations during training come at most this often (the EvalSpec's
+        throttle) and only after a checkpoint.
+      checkpoint_every_secs, checkpoint_every_steps: the checkpoints' schedule (one given).
+      views_per_evaluation: views of an evaluation during training.
+      final_views: views of the evaluations after the last step (the final one and the
+        test evaluation).
+      num_final_evaluations: how many evaluations run after the last step.
+      exports_per_evaluation: exports after each evaluation during training and the final.
+      relative_cost: a view's cost against a view in the training's precision (an
+        evaluation in float32 after bf16 training costs more).
+    """
+
+    every_secs: float
+    views_per_evaluation: int
+    final_views: int
+    num_final_evaluations: int = 2
+    exports_per_evaluation: int = 0
+    checkpoint_every_secs: float = None
+    checkpoint_every_steps: int = None
+    relative_cost: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +125,7 @@ class RunProgress:
     """
 
     def __init__(self, last_step, examples_per_global_step, window_secs=PROGRESS_WINDOW_SECS,
-                 clock=time.monotonic):
+                 clock=time.monotonic, phases=None, evaluations=None, report=None):
         """Args:
           last_step: the global step at which training stops.
           examples_per_global_step: examples behind one global step (the global batch
@@ -60,24 +133,41 @@ class RunProgress:
           window_secs: the rate comes from the newest training intervals spanning at
             least this many seconds of training.
           clock: callable returning seconds; differences of its values are durations.
+          phases: the run's TrainingPhases in order; None: one phase of equal steps.
+          evaluations: the EvaluationPlan of this process, or None where it runs no
+            evaluations or they are not known (then the time outside training so far
+            is expected to keep its share of the wall time).
+          report: callable(ProgressEstimate) told of each point the hooks report;
+            default: log its progress_line.
         """
         self._last_step = last_step
         self._examples_per_global_step = examples_per_global_step
-        self._window_secs = window_secs
         self._clock = clock
+        self._phases = tuple(phases or (TrainingPhase(last_step),))
+        self._evaluations = evaluations
+        self._report = report or _log_progress_line
         self._global_step = None
         self._time_of_global_step = None
         self._paused_since = None
         self._training_secs = 0.0
         self._outside_secs = 0.0
-        self._window = collections.deque()  # (secs, global steps) of recent training intervals
-        self._window_secs_total = 0.0
-        self._window_steps_total = 0
+        self._windows = [_RateWindow(window_secs) for _ in self._phases]
+        self._evaluation_secs = 0.0
+        self._evaluation_views = 0
+        self._num_evaluations = 0
+        self._last_evaluation_start = None
+        self._last_evaluation_secs = None
+        self._training_start = None
 
     @property
     def global_step(self):
         """The newest global step seen, or None before the first record."""
         return self._global_step
+
+    @property
+    def clock(self):
+        """The callable the progress reads the time from."""
+        return self._clock
 
     @property
     def running(self):
@@ -96,6 +186,8 @@ class RunProgress:
             self._paused_since = None
         elif self._time_of_global_step is not None:
             self._add_training(now - self._time_of_global_step, global_step - self._global_step)
+        else:
+            self._training_start = now
         self._global_step, self._time_of_global_step = global_step, now
 
     def pause(self, global_step):
@@ -106,28 +198,144 @@ class RunProgress:
         self.record(global_step)
         self._paused_since = self._time_of_global_step
 
+    @property
+    def last_evaluation_secs(self):
+        """How long the newest timed evaluation took, or None before one."""
+        return self._last_evaluation_secs
+
+    def add_evaluation(self, start, secs, views):
+        """Note an evaluation that started at `start` (the clock's) and took secs for
+        `views` forward passes of an image (EvaluationTimer)."""
+        self._last_evaluation_secs = secs
+        self._evaluation_secs += secs
+        self._evaluation_views += views
+        self._num_evaluations += 1
+        self._last_evaluation_start = start
+
+    def report(self):
+        """Hand the estimate as of the newest point to the progress's report."""
+        self._report(self.estimate())
+
     def estimate(self):
         """Returns: the ProgressEstimate as of the newest point (call after the first record)."""
-        if not (self._window_secs_total > 0 and self._window_steps_total > 0):
+        phase_rates = self._phase_rates()
+        if phase_rates is None:
             return ProgressEstimate(self._global_step, self._last_step)
-        global_steps_per_sec = self._window_steps_total / self._window_secs_total
-        wall_secs_per_training_sec = ((self._training_secs + self._outside_secs)
-                                      / self._training_secs)
-        steps_to_go = max(0, self._last_step - self._global_step)
+        training_to_go = sum(
+            steps / rate for steps, rate in zip(self._steps_to_go_per_phase(), phase_rates))
+        # Time outside training that no timed evaluation explains (session starts,
+        # untimed evaluations) keeps its share.
+        unexplained_secs = max(0.0, self._outside_secs - self._evaluation_secs)
+        training_to_go *= (self._training_secs + unexplained_secs) / self._training_secs
+        current = min(self._phase_of(self._global_step), len(phase_rates) - 1)
         return ProgressEstimate(
             self._global_step, self._last_step,
-            examples_per_sec=global_steps_per_sec * self._examples_per_global_step,
-            seconds_to_go=steps_to_go / global_steps_per_sec * wall_secs_per_training_sec)
+            examples_per_sec=phase_rates[current] * self._examples_per_global_step,
+            seconds_to_go=training_to_go + self._evaluations_to_go_secs(training_to_go,
+                                                                        phase_rates[-1]))
+
+    def _phase_rates(self):
+        """Global steps/sec of each phase: measured where it has trained long enough
+        (or where no phase has), else scaled from the nearest measured phase before it
+        (after it, for phases before the first measured one). None: no rate yet."""
+        measured = [window.steps_per_sec() for window in self._windows]
+        settled = [rate if rate and (window.total_secs >= PHASE_SETTLING_SECS
+                                     or not any(self._settled_windows())) else None
+                   for rate, window in zip(measured, self._windows)]
+        known = [index for index, rate in enumerate(settled) if rate]
+        if not known:
+            return None
+        rates = []
+        for index, phase in enumerate(self._phases):
+            if settled[index]:
+                rates.append(settled[index])
+                continue
+            earlier = [known_index for known_index in known if known_index < index]
+            source = earlier[-1] if earlier else known[0]
+            rates.append(settled[source] * self._phases[source].relative_cost
+                         / phase.relative_cost)
+        return rates
+
+    def _settled_windows(self):
+        return [window.total_secs >= PHASE_SETTLING_SECS for window in self._windows]
+
+    def _steps_to_go_per_phase(self):
+        steps, start = [], 0
+        for phase in self._phases:
+            steps.append(max(0, phase.end_step - max(start, self._global_step)))
+            start = phase.end_step
+        return steps
+
+    def _phase_of(self, global_step):
+        for index, phase in enumerate(self._phases):
+            if global_step < phase.end_step:
+                return index
+        return len(self._phases) - 1
+
+    def _evaluations_to_go_secs(self, training_to_go, full_size_steps_per_sec):
+        plan = self._evaluations
+        if plan is None:
+            return 0.0
+        if self._evaluation_views:
+            secs_per_view = self._evaluation_secs_per_view()
+        else:
+            secs_per_view = plan.relative_cost / (
+                full_size_steps_per_sec * self._examples_per_global_step
+                * FORWARD_PASSES_PER_TRAINING_EXAMPLE)
+        evaluation_secs = (plan.views_per_evaluation * secs_per_view + EVALUATION_SET_UP_SECS
+                           + plan.exports_per_evaluation * EXPORT_SECS)
+        period = plan.every_secs
+        if plan.checkpoint_every_secs:
+            period = max(period, plan.checkpoint_every_secs)
+        if plan.checkpoint_every_steps:
+            period = max(period, plan.checkpoint_every_steps / full_size_steps_per_sec)
+        since = self._last_evaluation_start or self._training_start or self._clock()
+        during_training = int((self._clock() - since + training_to_go) // (period + evaluation_secs))
+        final_secs = (plan.final_views * secs_per_view
+                      + plan.num_final_evaluations * EVALUATION_SET_UP_SECS
+                      + plan.exports_per_evaluation * EXPORT_SECS)
+        return during_training * evaluation_secs + final_secs
+
+    def _evaluation_secs_per_view(self):
+        # Each timed evaluation's set-up is taken out, as the plan adds it per evaluation.
+        forward_secs = self._evaluation_secs - self._num_evaluations * EVALUATION_SET_UP_SECS
+        return max(forward_secs, 0.5 * self._evaluation_secs) / self._evaluation_views
 
     def _add_training(self, secs, global_steps):
         self._training_secs += secs
-        self._window.append((secs, global_steps))
-        self._window_secs_total += secs
-        self._window_steps_total += global_steps
-        while self._window_secs_total - self._window[0][0] >= self._window_secs:
-            oldest_secs, oldest_steps = self._window.popleft()
-            self._window_secs_total -= oldest_secs
-            self._window_steps_total -= oldest_steps
+        # An interval belongs to the phase its first step trains in.
+        self._windows[self._phase_of(self._global_step)].add(secs, global_steps)
+
+
+class _RateWindow:
+    """Global steps and seconds of the newest training intervals spanning window_secs."""
+
+    def __init__(self, window_secs):
+        self._window_secs = window_secs
+        self._intervals = collections.deque()
+        self._secs = 0.0
+        self._steps = 0
+        self.total_secs = 0.0  # all the training seen, not only the window's
+
+    def add(self, secs, global_steps):
+        self.total_secs += secs
+        self._intervals.append((secs, global_steps))
+        self._secs += secs
+        self._steps += global_steps
+        while self._secs - self._intervals[0][0] >= self._window_secs:
+            oldest_secs, oldest_steps = self._intervals.popleft()
+            self._secs -= oldest_secs
+            self._steps -= oldest_steps
+
+    def steps_per_sec(self):
+        """Global steps/sec over the window, or None before a step in a timed interval."""
+        if self._secs > 0 and self._steps > 0:
+            return self._steps / self._secs
+        return None
+
+
+def _log_progress_line(estimate):
+    tf.compat.v1.logging.info(progress_line(estimate))
 
 
 def duration_text(secs):
@@ -166,13 +374,22 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     first step of a session or after an evaluation, which resumes the clock.
     """
 
-    def __init__(self, progress, every_n_steps=100):
+    def __init__(self, progress, every_n_steps=100, summary_dir=None,
+                 summary_every_n_steps=100):
         """Args:
           progress: the run's RunProgress, shared by every session of the process.
-          every_n_steps: log when the global step reaches a multiple of this.
+          every_n_steps: report when the global step reaches a multiple of this.
+          summary_dir: where the run's rate goes as TensorBoard's `examples/sec` curve
+            (the chief's model dir), or None.
+          summary_every_n_steps: write the curve's point when the global step reaches a
+            multiple of this.
         """
         self._progress = progress
         self._every_n_steps = every_n_steps
+        self._summary_writer = (tf.compat.v1.summary.FileWriterCache.get(summary_dir)
+                                if summary_dir else None)
+        self._summary_every_n_steps = summary_every_n_steps
+        self._next_summary_step = 0
         self._global_step = None
         self._next_log_step = 0  # the session's first step records a point
         self._newest_global_step = None
@@ -194,6 +411,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._progress.record(global_step)
         if not resuming:
             self._log_progress()
+            self._write_summary()
         # In a cluster the global step also moves by other workers' steps, so it
         # passes the multiples rather than hitting each one.
         self._next_log_step = ((self._progress.global_step // self._every_n_steps + 1)
@@ -209,8 +427,21 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
             self._log_progress()
 
     def _log_progress(self):
-        tf.compat.v1.logging.info(progress_line(self._progress.estimate()))
+        self._progress.report()
         self._logged_global_step = self._progress.global_step
+
+    def _write_summary(self):
+        global_step = self._progress.global_step
+        if self._summary_writer is None or global_step < self._next_summary_step:
+            return
+        examples_per_sec = self._progress.estimate().examples_per_sec
+        if examples_per_sec is None:
+            return
+        self._summary_writer.add_summary(tf.compat.v1.Summary(value=[
+            tf.compat.v1.Summary.Value(tag=EXAMPLES_PER_SEC_TAG,
+                                       simple_value=examples_per_sec)]), global_step)
+        self._next_summary_step = ((global_step // self._summary_every_n_steps + 1)
+                                   * self._summary_every_n_steps)
 
 
 class ProgressCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
@@ -239,4 +470,62 @@ class ProgressCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
         # seen twice (its save and the end of saving).
         if self._progress.running:
             self._progress.pause(global_step)
-            tf.compat.v1.logging.info(progress_line(self._progress.estimate()))
+            self._progress.report()
+
+
+class EvaluationTimer(tf.compat.v1.train.SessionRunHook):
+    """Times each evaluation for the run's RunProgress: from its graph's end to its end."""
+
+    def __init__(self, progress, views_per_batch):
+        """Args:
+          progress: the run's RunProgress.
+          views_per_batch: forward passes of an image in one evaluation step (the batch
+            times the views of each image).
+        """
+        self._progress = progress
+        self._views_per_batch = views_per_batch
+        self._start = None
+        self._steps = 0
+
+    def begin(self):
+        self._start = self._progress.clock()
+        self._steps = 0
+
+    def after_run(self, run_context, run_values):
+        self._steps += 1
+
+    def end(self, session):
+        self._progress.add_evaluation(self._start, self._progress.clock() - self._start,
+                                      self._steps * self._views_per_batch)
+
+
+class EvaluationLineExporter(tf.estimator.Exporter):
+    """Logs each evaluation in one line for the console; exports nothing.
+
+    An exporter is what tf.estimator hands every evaluation's results to, during
+    training and for the final checkpoint, on one machine and on an evaluator task.
+    """
+
+    def __init__(self, evaluated, progress=None):
+        """Args:
+          evaluated: what the evaluation reads, e.g. 'validation set'.
+          progress: the run's RunProgress, whose EvaluationTimer timed the evaluation.
+        """
+        self._evaluated = evaluated
+        self._progress = progress
+
+    @property
+    def name(self):
+        return "evaluation_line"
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result,
+               is_the_final_export):
+        from cifar10_estimator.training import console
+        took = ""
+        if self._progress is not None and self._progress.last_evaluation_secs is not None:
+            took = ", %s" % duration_text(self._progress.last_evaluation_secs)[len("about "):]
+        console.console_logger().info(
+            "evaluation of step %d on the %s: accuracy %.2f %%, loss %.4f%s",
+            eval_result["global_step"], self._evaluated, 100 * eval_result["accuracy"],
+            eval_result["loss"], took)
+        return None

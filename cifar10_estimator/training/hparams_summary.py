@@ -1,0 +1,48 @@
+"""A job's hyper-parameters in TensorBoard's HParams dashboard, beside its accuracies.
+
+The chief writes the resolved HParams (the values hparams.json holds) into the job dir's
+events when it starts, with the dashboard's metrics: the evaluations' accuracy and loss
+on the validation set (job-dir/eval_validation/) and the test accuracy
+(job-dir/eval_test/), whose newest values the dashboard shows. `tensorboard --logdir
+JOBS` over several job dirs then lists each job as a row, so recipes and seeds compare
+in one table. Uses the HParams plugin of the tensorboard package TensorFlow installs.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
+
+from cifar10_estimator import report
+
+# (the evaluation's directory under the job dir, its tag, the dashboard's column).
+METRICS = (
+    ("eval_validation", "accuracy", "validation accuracy"),
+    ("eval_validation", "loss", "validation loss"),
+    ("eval_" + report.TEST_EVAL_NAME, "accuracy", "test accuracy"),
+)
+
+
+def dashboard_values(hparams):
+    """The HParams fields the dashboard can show (numbers, strings and booleans that are
+    set); a field left unset (None) is left out of the job's row."""
+    return {name: value for name, value in dataclasses.asdict(hparams).items()
+            if isinstance(value, (bool, int, float, str))}
+
+
+def write(job_dir, hparams):
+    """Write the job's HParams and the dashboard's metrics into job_dir's events.
+
+    Call in eager mode (main's, outside the Estimator's graphs). A resumed job writes
+    them again; the dashboard shows the newest.
+    """
+    values = dashboard_values(hparams)
+    writer = tf.summary.create_file_writer(job_dir, filename_suffix=".hparams")
+    with writer.as_default():
+        hparams_api.hparams_config(
+            hparams=[hparams_api.HParam(name) for name in sorted(values)],
+            metrics=[hparams_api.Metric(tag, group=group, display_name=column)
+                     for group, tag, column in METRICS])
+        hparams_api.hparams(values, trial_id=os.path.basename(os.path.normpath(job_dir)))
+    writer.close()
