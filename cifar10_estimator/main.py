@@ -402,6 +402,7 @@ def make_eval_spec(settings, signals, progress=None):
     """
     import tensorflow as tf
     from cifar10_estimator import model_fn
+    from cifar10_estimator.training import console
     from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import stop_signals
     subset = flags.periodic_eval_subset(settings)
@@ -414,7 +415,7 @@ def make_eval_spec(settings, signals, progress=None):
         name = "validation"
     else:
         name = None
-        tf.compat.v1.logging.info(
+        console.console_logger().info(
             "Evaluating on the test set during training (%s); no best export is kept, as "
             "choosing a model on test data would make its test accuracy optimistic.",
             "--eval-subset eval" if settings.eval_subset == "eval"

@@ -30,7 +30,8 @@ from cifar10_estimator.serving import export
 from cifar10_estimator.distributed.local_cluster import Task
 from cli_helpers import (REPO_ROOT, assert_one_line_error, cli_env, many_processes, run_module,
                          start_module)
-from test_training import checkpoint_steps, eval_metrics, trainer_args
+from test_training import checkpoint_steps, eval_metrics
+from test_training import trainer_args as training_args
 
 MODULE = "cifar10_estimator.main"
 LAUNCHER = "cifar10_estimator.distributed.local_cluster"
@@ -40,6 +41,11 @@ CLUSTER_RATE = re.compile(
     r"\bCluster examples/sec: ([0-9.e+]+) \(([0-9.e+]+)\), global step = (\d+)$")
 SESSION_CREATED = re.compile(r"\bDone running local_init_op\.$")  # a trainer's session is up
 EVALUATION_STARTED = re.compile(r"\bStarting evaluation at ")
+
+
+def trainer_args(data_dir, job_dir, *extra):
+    # --verbose: the tests read the tasks' steps and rates in TensorFlow's log.
+    return training_args(data_dir, job_dir, "--verbose", *extra)
 
 
 def assert_async_final_step(job_dir, train_steps, num_trainers):

@@ -30,7 +30,8 @@ STOPPED_AT_STEP = re.compile(
 
 
 def job_args(data_dir, job_dir, *extra):
-    return ["--data-dir", data_dir, "--job-dir", job_dir, "--num-gpus", "0",
+    # --verbose: the tests follow the steps in TensorFlow's log as it comes.
+    return ["--data-dir", data_dir, "--job-dir", job_dir, "--num-gpus", "0", "--verbose",
             "--num-layers", "8", "--train-batch-size", "16", "--eval-batch-size", "16"
             ] + list(extra)
 

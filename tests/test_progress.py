@@ -258,3 +258,72 @@ def test_progress_hook_needs_a_global_step():
     hook = run_progress.ProgressHook(run_progress.RunProgress(100, 32))
     with tf.Graph().as_default(), pytest.raises(RuntimeError, match="global step"):
         hook.begin()
+
+
+def train_steady(progress, clock, from_step, to_step, steps_per_sec, every=10):
+    for global_step in range(from_step + every, to_step + 1, every):
+        clock.advance(every / steps_per_sec)
+        progress.record(global_step)
+
+
+def test_a_phase_not_yet_trained_is_rated_from_the_one_before_by_its_cost():
+    # The first 100 steps on images of half the pixels, then 200 on full-size images.
+    clock = FakeClock()
+    progress = run_progress.RunProgress(
+        last_step=300, examples_per_global_step=10, clock=clock,
+        phases=(run_progress.TrainingPhase(100, relative_cost=0.5),
+                run_progress.TrainingPhase(300)))
+    progress.record(0)
+    train_steady(progress, clock, 0, 60, steps_per_sec=2)
+    # 40 steps to go at 2 a second; full-size steps cost twice as much: 1 a second.
+    estimate = progress.estimate()
+    assert estimate.examples_per_sec == 20
+    assert estimate.seconds_to_go == pytest.approx(40 / 2 + 200 / 1)
+    train_steady(progress, clock, 60, 100, steps_per_sec=2)
+    # Its first steps, less than PHASE_SETTLING_SECS: still rated from the phase before.
+    train_steady(progress, clock, 100, 110, steps_per_sec=1.5)
+    assert progress.estimate().seconds_to_go == pytest.approx(190 / 1)
+    # Settled: its own rate.
+    train_steady(progress, clock, 110, 160, steps_per_sec=1.5)
+    estimate = progress.estimate()
+    assert estimate.examples_per_sec == pytest.approx(15)
+    assert estimate.seconds_to_go == pytest.approx(140 / 1.5)
+
+
+def test_the_evaluations_to_come_are_timed_from_training_until_one_is_measured():
+    clock = FakeClock()
+    plan = run_progress.EvaluationPlan(
+        every_secs=100, views_per_evaluation=1000, final_views=3000,
+        num_final_evaluations=2, exports_per_evaluation=1, checkpoint_every_secs=100)
+    progress = run_progress.RunProgress(last_step=200, examples_per_global_step=10,
+                                        clock=clock, evaluations=plan)
+    progress.record(0)
+    train_steady(progress, clock, 0, 50, steps_per_sec=1)
+    # 10 training examples a second: 30 views a second, as a view is one forward pass.
+    set_up = run_progress.EVALUATION_SET_UP_SECS
+    evaluation = 1000 / 30 + set_up + run_progress.EXPORT_SECS
+    final = 3000 / 30 + 2 * set_up + run_progress.EXPORT_SECS
+    # 150 s of training to go, 50 s after the start: one evaluation comes within it.
+    assert progress.estimate().seconds_to_go == pytest.approx(150 + evaluation + final)
+
+    progress.pause(50)
+    progress.add_evaluation(start=clock(), secs=set_up + 18, views=1000)
+    clock.advance(set_up + 18)
+    progress.record(50)
+    # Measured: 18 ms a view; the evaluation's time is not training's.
+    evaluation = 18 + set_up + run_progress.EXPORT_SECS
+    final = 3000 * 0.018 + 2 * set_up + run_progress.EXPORT_SECS
+    estimate = progress.estimate()
+    assert estimate.examples_per_sec == 10
+    assert estimate.seconds_to_go == pytest.approx(150 + evaluation + final)
+
+
+def test_training_phases_follow_the_low_resolution_epochs():
+    from cifar10_estimator import hparams as job_hparams
+    hparams = job_hparams.HParams(train_steps=1000, low_resolution_epochs=0.5,
+                                  low_resolution=24, num_train_examples=64000,
+                                  train_batch_size=128)
+    assert run_progress.training_phases(hparams, 32) == (
+        run_progress.TrainingPhase(250, (24 / 32) ** 2), run_progress.TrainingPhase(1000))
+    assert run_progress.training_phases(job_hparams.HParams(train_steps=1000), 32) == (
+        run_progress.TrainingPhase(1000),)

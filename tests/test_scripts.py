@@ -46,7 +46,7 @@ def test_synthetic_run_prepares_data_and_trains_without_a_download(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert (data_dir / "train.tfrecords").exists()
     assert os.path.exists(str(job_dir / "model.ckpt-4.index"))
-    assert "Final evaluation:" in result.stderr
+    assert "Test accuracy: " in result.stderr
 
 
 @pytest.mark.slow

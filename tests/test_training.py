@@ -49,14 +49,27 @@ def eval_metrics(job_dir, eval_folder="eval_validation"):
     return metrics
 
 
+def train_log(job_dir, since=0, name="train.log"):
+    """The job's log file (TensorFlow's whole log), from character `since` on: a rerun
+    appends to it."""
+    path = os.path.join(str(job_dir), name)
+    if not os.path.exists(path):
+        return ""
+    with open(path) as log:
+        return log.read()[since:]
+
+
 def assert_trained_and_evaluated(result, job_dir, train_steps):
     assert result.returncode == 0, result.stderr[-5000:]
     assert checkpoint_steps(job_dir)[-1] == train_steps
     final = eval_metrics(job_dir)[train_steps]
     assert 0.0 <= final["accuracy"] <= 1.0
     assert final["loss"] > 0
-    assert "Average examples/sec:" in result.stderr
-    assert re.search(r"learning_rate = 0\.1, loss = [0-9.]+", result.stderr)
+    # The tutorial's lines are in the job's log, not on the console.
+    log = train_log(job_dir)
+    assert "Average examples/sec:" in log
+    assert re.search(r"learning_rate = 0\.1, loss = [0-9.]+", log)
+    assert "Average examples/sec:" not in result.stderr
 
 
 def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
@@ -64,9 +77,12 @@ def test_one_tower_trains_checkpoints_and_evaluates(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
     result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "15"))
     assert_trained_and_evaluated(result, job_dir, 15)
-    assert "Final evaluation:" in result.stderr
-    # Where the run is and when it ends, at least when its last checkpoint is written.
-    assert re.search(r"step 15/15 \(100 %\), \d+ examples/sec, about 0 s to go$",
+    assert "Final evaluation:" in train_log(job_dir)
+    assert re.search(r"^evaluation of step 15 on the validation set: accuracy [0-9.]+ %, "
+                     r"loss [0-9.]+, \d+ s$", result.stderr, re.M), result.stderr[-3000:]
+    # Where the run is and when it ends, at least when its last step is done: what is
+    # left to go then is the final evaluations.
+    assert re.search(r"^step 15/15 \(100 %\), \d+ examples/sec, about \d+ s to go$",
                      result.stderr, re.M), result.stderr[-3000:]
 
 
@@ -199,7 +215,7 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
     second = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "2",
                                              "--learning-rate", "0.05"))
     assert second.returncode == 0, second.stderr[-5000:]
-    assert re.search(r"Restoring parameters from \S+model\.ckpt-8\b", second.stderr)
+    assert re.search(r"^Resuming from \S+model\.ckpt-8$", second.stderr, re.M)
     assert "Training to step 16 (2.0 epochs of 64 examples at 8 per step); learning rate 0.05, " \
            "x0.1 after step 8, x0.01 after step 12" in second.stderr
     assert checkpoint_steps(job_dir)[-1] == 16
@@ -208,15 +224,16 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
     assert recorded["train_epochs"] == 2 and recorded["learning_rate"] == 0.05
 
     # A new shape continues from the saved step, computed from step 0 of the new run.
+    logged_before = len(train_log(job_dir))
     third = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "3",
                                             "--learning-rate-schedule", "linear"))
     assert third.returncode == 0, third.stderr[-5000:]
-    assert re.search(r"Restoring parameters from \S+model\.ckpt-16\b", third.stderr)
+    third_log = train_log(job_dir, since=logged_before)
+    assert re.search(r"Restoring parameters from \S+model\.ckpt-16\b", third_log)
     assert "Training to step 24 (3.0 epochs of 64 examples at 8 per step); learning rate 0.1, " \
            "linear decay to 0 at step 24" in third.stderr
     # The first step it logs is step 16, two thirds of the way down the line to 0.
-    assert re.search(r"learning_rate = 0\.033333\d*, loss = \S+", third.stderr), \
-        third.stderr[-3000:]
+    assert re.search(r"learning_rate = 0\.033333\d*, loss = \S+", third_log), third_log[-3000:]
     assert checkpoint_steps(job_dir)[-1] == 24
 
 
@@ -266,12 +283,14 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
         assert json.load(stream)["pid"] == process.pid
 
     # A checkpoint at the end only: the rerun saves once, not 79 times.
+    logged_before = len(train_log(job_dir))
     result = run_module(MODULE, args + ["--save-checkpoints-steps", "400"])
     exited_at = time.time()
     assert result.returncode == 0, result.stderr[-5000:]
-    restored = re.search(r"Restoring parameters from \S+model\.ckpt-(\d+)", result.stderr)
+    restored = re.search(r"^Resuming from \S+model\.ckpt-(\d+)$", result.stderr, re.M)
     assert restored and int(restored.group(1)) == killed_at
-    first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", result.stderr).group(1))
+    rerun_log = train_log(job_dir, since=logged_before)
+    first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", rerun_log).group(1))
     assert first_step >= killed_at
     assert checkpoint_steps(job_dir)[-1] == 400
     # The final checkpoint is evaluated as training ends, --eval-every-secs 3600 or not.
@@ -294,4 +313,45 @@ def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(tiny_data_dir, t
     assert 0.0 <= eval_metrics(job_dir)[5]["accuracy"] <= 1.0
     assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
     assert glob.glob(str(job_dir / "export" / "best" / "*" / "saved_model.pb"))
-    assert "Final evaluation:" in result.stderr
+    assert re.search(r"^evaluation of step 5 on the validation set", result.stderr, re.M)
+
+
+def test_the_console_is_for_a_person_and_the_log_file_keeps_the_tutorials_lines(trained_job):
+    result, job_dir = trained_job.result, trained_job.job_dir
+    console_lines = result.stderr.splitlines()
+    # Not on the console: TensorFlow's log, the network's shapes, the start-up notices.
+    for noise in ("INFO:tensorflow:", "image after unit", "Unable to register cuDNN factory",
+                  "Average examples/sec", "_model_dir"):
+        assert not any(noise in line for line in console_lines), noise
+    assert console_lines[0].startswith("Recipe tutorial. Training to step 10 ")
+    assert any(re.match(r"step 10/10 \(100 %\), \d+ examples/sec, about \d+ s to go$", line)
+               for line in console_lines), result.stderr
+    log = train_log(job_dir)
+    for line in ("Unable to register cuDNN factory", "image after unit", "_model_dir",
+                 "INFO:tensorflow:loss = ", "INFO:tensorflow:Recipe tutorial.",
+                 "INFO:tensorflow:Final evaluation: "):
+        assert line in log, line
+
+
+def test_tensorboard_reads_the_same_tags_for_training_and_evaluation_and_the_hparams(
+        trained_job):
+    from tensorboard.backend.event_processing import event_multiplexer
+    from tensorboard.plugins.hparams import metadata
+    runs = event_multiplexer.EventMultiplexer()
+    runs.AddRunsFromDirectory(trained_job.job_dir)
+    runs.Reload()
+    tags = runs.Runs()
+    assert {"loss", "accuracy", "examples/sec", "learning_rate"} <= set(tags["."]["scalars"])
+    for evaluation in ("eval_validation", "eval_test"):
+        assert {"loss", "accuracy"} <= set(tags[evaluation]["scalars"])
+    # The HParams dashboard: the job's resolved values and the metrics it shows.
+    session = metadata.parse_session_start_info_plugin_data(
+        runs.SummaryMetadata(".", metadata.SESSION_START_INFO_TAG).plugin_data.content)
+    recorded = json.loads(pathlib.Path(trained_job.job_dir, "hparams.json").read_text())["hparams"]
+    assert session.hparams["num_layers"].number_value == recorded["num_layers"] == 8
+    assert session.hparams["recipe"].string_value == "tutorial"
+    assert session.hparams["eval_flips"].bool_value is False
+    experiment = metadata.parse_experiment_plugin_data(
+        runs.SummaryMetadata(".", metadata.EXPERIMENT_TAG).plugin_data.content)
+    assert {(metric.name.group, metric.name.tag) for metric in experiment.metric_infos} == {
+        ("eval_validation", "accuracy"), ("eval_validation", "loss"), ("eval_test", "accuracy")}

@@ -47,7 +47,10 @@ STARTUP_NOTICES = (
     "Could not find cuda drivers on your machine",
 )
 
-LOG_FORMAT = "%(asctime)s %(levelname)s:%(name)s:%(message)s"
+# TensorFlow's own format (the console's with --verbose), and the log file's, timed. Lines
+# for the console come from a child of TensorFlow's logger but read as TensorFlow's.
+VERBOSE_FORMAT = "%(levelname)s:tensorflow:%(message)s"
+LOG_FORMAT = "%(asctime)s " + VERBOSE_FORMAT
 
 
 def console_logger():
@@ -227,7 +230,7 @@ class _ConsoleFormatter(logging.Formatter):
     Verbose: TensorFlow's own format, as the tutorial printed it."""
 
     def __init__(self, verbose):
-        super().__init__(logging.BASIC_FORMAT if verbose else "%(message)s")
+        super().__init__(VERBOSE_FORMAT if verbose else "%(message)s")
         self._verbose = verbose
 
     def format(self, record):

@@ -411,7 +411,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._progress.record(global_step)
         if not resuming:
             self._log_progress()
-            self._write_summary()
+        self._write_summary()
         # In a cluster the global step also moves by other workers' steps, so it
         # passes the multiples rather than hitting each one.
         self._next_log_step = ((self._progress.global_step // self._every_n_steps + 1)
