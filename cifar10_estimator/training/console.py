@@ -161,6 +161,7 @@ class _ConsoleHandler(logging.Handler):
         self._last_redraw = None
         self._last_line_time = None
         self._last_line_percent_step = None
+        self._finished = False
         self._lock = threading.RLock()
         self.setFormatter(_ConsoleFormatter(verbose))
 
@@ -183,6 +184,9 @@ class _ConsoleHandler(logging.Handler):
 
     def show_progress(self, line, fraction_done, log_file):
         with self._lock:
+            if self._finished:
+                return  # the last step's line is shown; it is told again at the run's end
+            self._finished = fraction_done >= 1
             now = self._clock()
             if self._due_for_a_line(fraction_done, now):
                 self._last_line_time = now
