@@ -7,8 +7,9 @@ Evaluates the latest checkpoint of a job that trained in a mixed precision (bf16
 CPU) with the trainer's own evaluation graph, as hparams.json describes it (its depth,
 averaged weights and test-time views), once in float32 (the default) and once in the
 training precision (--eval-in-training-precision), the two taking turns for --rounds
-rounds. Each turn is one whole evaluation of the subset: graph, restore and every batch.
-It prints each turn's time and accuracy, and the speed ratio of each round.
+rounds, the one first in a round alternating (alternating_rounds). Each turn is one whole
+evaluation of the subset: graph, restore and every batch. It prints each turn's time and
+accuracy, float32's first in each round, and the speed ratio of each round.
 """
 
 import dataclasses
@@ -18,6 +19,7 @@ import time
 from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.errors import UsageError
+from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import evaluate
 from cifar10_estimator.serving.options import shared
 from cifar10_estimator.training import precision
@@ -58,19 +60,27 @@ def main(argv):
     views = (1 + 4 * bool(hparams.eval_shifts)) * (1 + hparams.eval_flips)
     print("%s, ResNet-%d, %d views an image, subset %s, batch %d"
           % (checkpoint, hparams.num_layers, views, args.subset, args.batch_size))
-    ratios = []
-    for round_index in range(args.rounds):
-        seconds = {}
-        for name, way in ways:
+
+    def evaluation(way):
+        def timed():
             start = time.perf_counter()
             predicted, labels = evaluate.predict_subset(
                 checkpoint, way, args.data_dir, args.subset, args.batch_size,
                 evaluation_graph=True)
-            seconds[name] = time.perf_counter() - start
+            return time.perf_counter() - start, predicted, labels
+        return timed
+
+    def report_round(round_index, measured):
+        for name, (seconds, predicted, labels) in measured.items():
             print("round %d: %-7s %7.2f s, %5.0f images/sec, accuracy %.4f (%d/%d)"
-                  % (round_index + 1, name, seconds[name], len(labels) / seconds[name],
+                  % (round_index + 1, name, seconds, len(labels) / seconds,
                      (predicted == labels).mean(), (predicted == labels).sum(), len(labels)))
-        ratios.append(seconds["float32"] / seconds[ways[1][0]])
+
+    results = alternating_rounds.measure({name: evaluation(way) for name, way in ways},
+                                         args.rounds, report_round=report_round)
+    float32, mixed = (results[name].figures(lambda turn: turn[0]) for name, _ in ways)
+    ratios = [float32_seconds / mixed_seconds
+              for float32_seconds, mixed_seconds in zip(float32, mixed)]
     print("%s evaluation at %.2fx the speed of float32 (median of %d rounds: %s)"
           % (ways[1][0], statistics.median(ratios), len(ratios),
              ", ".join("%.2f" % ratio for ratio in ratios)))

@@ -16,6 +16,7 @@ temporary directory first.
 
 import argparse
 import dataclasses
+import functools
 import tempfile
 import time
 
@@ -25,6 +26,7 @@ import tensorflow as tf
 from cifar10_estimator import cifar10
 from cifar10_estimator import cli
 from cifar10_estimator.data import tfrecord_format
+from cifar10_estimator.machine import alternating_rounds
 
 SYNTHETIC_NUM_EXAMPLES = 40000
 
@@ -147,7 +149,8 @@ def compare_input_pipelines(data_dir, batch_size=128, num_batches=200, num_round
       data_dir: directory holding train.tfrecords (and, optionally, its counts file).
       batch_size: examples per batch, for both pipelines.
       num_batches: batches timed per pipeline and round.
-      num_rounds: number of rounds; the pipeline measured first alternates.
+      num_rounds: number of rounds; the pipeline measured first alternates
+        (alternating_rounds).
       num_warmup_batches: untimed batches before each measurement.
       report_round: optional function(round_index, original, dataset) called with the
         two Measurements of each round.
@@ -165,19 +168,19 @@ def compare_input_pipelines(data_dir, batch_size=128, num_batches=200, num_round
                                           data_set.num_examples_per_epoch())
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
-    pipelines = {"original": original_batch,
-                 "dataset": lambda: data_set.make_batch(batch_size)}
-    comparison = PipelineComparison(original=[], dataset=[])
-    for round_index in range(num_rounds):
-        names = ["original", "dataset"] if round_index % 2 == 0 else ["dataset", "original"]
-        measured = {name: measure_pipeline(pipelines[name], batch_size, num_batches,
-                                           num_warmup_batches)
-                    for name in names}
-        comparison.original.append(measured["original"])
-        comparison.dataset.append(measured["dataset"])
+    def report(round_index, measured):
         if report_round:
             report_round(round_index, measured["original"], measured["dataset"])
-    return comparison
+
+    pipelines = {"original": original_batch,
+                 "dataset": lambda: data_set.make_batch(batch_size)}
+    results = alternating_rounds.measure(
+        {name: functools.partial(measure_pipeline, make_batch_tensors, batch_size,
+                                 num_batches, num_warmup_batches)
+         for name, make_batch_tensors in pipelines.items()},
+        num_rounds, report_round=report)
+    return PipelineComparison(original=results["original"].measurements,
+                              dataset=results["dataset"].measurements)
 
 
 def _int_at_least(minimum):

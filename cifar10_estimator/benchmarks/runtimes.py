@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from cifar10_estimator import cli
+from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving.options import shared
 
 BATCH_SIZE = 100
@@ -159,19 +160,22 @@ def test_accuracies(models, images, labels, say):
 
 
 def time_in_rounds(models, results, images, args, say):
-    """Append each round's latency and throughput of models[i] to results[i]."""
-    for round_index in range(args.rounds):
-        order = list(range(len(models)))
-        if round_index % 2:
-            order.reverse()
-        for index in order:
-            model, result = models[index][0], results[index]
-            result.latency_ms.append(time_latency_ms(model, images, args.latency_images))
-            result.images_per_sec.append(
-                time_images_per_sec(model, images, args.throughput_batches))
-            say("round %d: %-11s %7.2f ms per image at batch 1, %7.0f images/sec at batch %d"
-                % (round_index + 1, result.name, result.latency_ms[-1],
-                   result.images_per_sec[-1], BATCH_SIZE))
+    """Append each round's latency and throughput of models[i] to results[i]; the models
+    take turns in alternating order (alternating_rounds)."""
+    def timings(model):
+        return lambda: (time_latency_ms(model, images, args.latency_images),
+                        time_images_per_sec(model, images, args.throughput_batches))
+
+    def report(round_index, index, measurement):
+        latency_ms, images_per_sec = measurement
+        results[index].latency_ms.append(latency_ms)
+        results[index].images_per_sec.append(images_per_sec)
+        say("round %d: %-11s %7.2f ms per image at batch 1, %7.0f images/sec at batch %d"
+            % (round_index + 1, results[index].name, latency_ms, images_per_sec, BATCH_SIZE))
+
+    alternating_rounds.measure(
+        {index: timings(model) for index, (model, _, _) in enumerate(models)}, args.rounds,
+        report=report)
 
 
 def measure(job_dir, data_dir, work_dir, args, say=print):
