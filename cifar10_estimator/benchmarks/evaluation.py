@@ -21,21 +21,29 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import evaluate
-from cifar10_estimator.serving.options import shared
+from cifar10_estimator.serving import options as shared
 from cifar10_estimator.training import precision
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationBenchmarkOptions:
+    """The command line: the job, its data, and how much to time."""
+
+    job_dir: str = shared.job_dir(required=True)
+    data_dir: str = shared.data_dir(required=True)
+    subset: str = cli.option("validation", "Which examples to evaluate.",
+                             choices=["eval", "validation"])
+    rounds: int = cli.option(2, "Turns of each precision.", type=cli.positive_int)
+    batch_size: int = cli.option(
+        500, "Examples per batch (the budget recipe's --eval-batch-size).",
+        type=cli.positive_int)
 
 
 def build_parser():
     parser = cli.ArgumentParser(
         description="Time the trainer's evaluation of a checkpoint in float32 and in the "
                     "precision it trained in, taking turns.")
-    cli.add_options(parser, shared("job_dir", "data_dir"), required=True)
-    parser.add_argument("--subset", choices=["eval", "validation"], default="validation",
-                        help="Which examples to evaluate.")
-    parser.add_argument("--rounds", type=cli.positive_int, default=2,
-                        help="Turns of each precision.")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=500,
-                        help="Examples per batch (the budget recipe's --eval-batch-size).")
+    cli.add_options(parser, cli.option_fields(EvaluationBenchmarkOptions))
     return parser
 
 
@@ -52,7 +60,7 @@ def _evaluation_ways(hparams):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), EvaluationBenchmarkOptions, argv)
     cli.quiet_tensorflow_logs("3", "ERROR")
     hparams = job_hparams.load(args.job_dir)
     ways = _evaluation_ways(hparams)

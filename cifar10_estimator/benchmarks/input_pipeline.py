@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import tempfile
 import time
+import typing
 
 import numpy as np
 import tensorflow as tf
@@ -197,25 +198,32 @@ def _int_at_least(minimum):
     return parse
 
 
+@dataclasses.dataclass(frozen=True)
+class InputBenchmarkOptions:
+    """The command line: the train file, and how much to time."""
+
+    data_dir: typing.Optional[str] = cli.option(
+        None, "directory with train.tfrecords (default: %d synthetic examples in a temporary "
+              "directory)" % SYNTHETIC_NUM_EXAMPLES)
+    batch_size: int = cli.option(128, "examples per batch (default 128)",
+                                 type=_int_at_least(1))
+    num_batches: int = cli.option(200, "batches timed per pipeline and round (default 200)",
+                                  type=_int_at_least(1))
+    rounds: int = cli.option(5, "alternating rounds (default 5)", type=_int_at_least(1))
+    warmup_batches: int = cli.option(
+        20, "untimed batches before each measurement (default 20)", type=_int_at_least(0))
+
+
 def build_parser():
     parser = cli.ArgumentParser(
         description="Examples/sec of Cifar10DataSet versus the original tutorial's pipeline, "
                     "on the same train file.")
-    parser.add_argument("--data-dir", help="directory with train.tfrecords (default: %d "
-                        "synthetic examples in a temporary directory)" % SYNTHETIC_NUM_EXAMPLES)
-    parser.add_argument("--batch-size", type=_int_at_least(1), default=128,
-                        help="examples per batch (default 128)")
-    parser.add_argument("--num-batches", type=_int_at_least(1), default=200,
-                        help="batches timed per pipeline and round (default 200)")
-    parser.add_argument("--rounds", type=_int_at_least(1), default=5,
-                        help="alternating rounds (default 5)")
-    parser.add_argument("--warmup-batches", type=_int_at_least(0), default=20,
-                        help="untimed batches before each measurement (default 20)")
+    cli.add_options(parser, cli.option_fields(InputBenchmarkOptions))
     return parser
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), InputBenchmarkOptions, argv)
     if args.data_dir is not None:
         return _compare_and_print(args.data_dir, args)
     with tempfile.TemporaryDirectory(prefix="cifar10_input_benchmark_") as data_dir:
