@@ -43,17 +43,36 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def option(default, help, group=None, exclusive=None, **add_argument_keywords):
+def option(default, help, group=None, exclusive=None, flag=None, positional=False,
+           **add_argument_keywords):
     """A dataclass field that is also the command-line flag --its-name (see flag_of).
 
-    The one declaration of an option: its default, its help, the title of the argument
-    group --help shows it in (None: the parser's own options), and what argparse's
-    add_argument takes besides (type, choices, metavar, action, required). Options that
-    share an `exclusive` name exclude each other on the command line.
+    The one declaration of an option: its default (a list default is copied for each
+    instance), its help, the title of the argument group --help shows it in (None: the
+    parser's own options), and what argparse's add_argument takes besides (type, choices,
+    metavar, action, required, nargs). Options that share an `exclusive` name exclude each
+    other on the command line. `flag` names a flag other than --its-name (--no-evaluator
+    for `evaluator`); a `positional` option is given without a flag.
+    """
+    metadata = {"help": help, "group": group, "exclusive": exclusive, "flag": flag,
+                "positional": positional, "add_argument": add_argument_keywords}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def option_per_value(default, helps, group=None):
+    """A dataclass field whose values each have a flag: --smoke stores "smoke".
+
+    Args:
+      default: the value when none of the flags is given.
+      helps: {value: the help of its flag}, in the order --help lists them; the flags
+        exclude each other.
+      group: as for `option`.
     """
     return dataclasses.field(default=default, metadata={
-        "help": help, "group": group, "exclusive": exclusive,
-        "add_argument": add_argument_keywords})
+        "help": None, "group": group, "exclusive": None, "flag": None, "positional": False,
+        "add_argument": {}, "helps_by_value": helps})
 
 
 def is_option(field):
@@ -71,16 +90,22 @@ def flag_of(name):
     return "--" + name.replace("_", "-")
 
 
-def add_options(parser, fields, groups=(), **add_argument_keywords):
+def default_of(field):
+    """The value an option field takes when its flag is not given."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def add_options(parser, fields, groups=(), required_exclusive=()):
     """Add the flag of each option field to `parser`, in its argument group.
 
     Args:
-      parser: an argparse parser, or an argument group of one.
+      parser: an argparse parser.
       fields: option fields (option_fields), in the order --help lists them in a group.
       groups: (title, description) of the fields' argument groups, in the order --help
         shows them.
-      **add_argument_keywords: what every one of these flags takes besides its
-        declaration, e.g. required=True where a command requires a shared option.
+      required_exclusive: the `exclusive` names of the options of which one must be given.
     """
     containers = {None: parser}
     for title, description in groups:
@@ -91,11 +116,55 @@ def add_options(parser, fields, groups=(), **add_argument_keywords):
         container = containers[metadata["group"]]
         if metadata["exclusive"]:
             if metadata["exclusive"] not in exclusive_groups:
-                exclusive_groups[metadata["exclusive"]] = container.add_mutually_exclusive_group()
+                exclusive_groups[metadata["exclusive"]] = container.add_mutually_exclusive_group(
+                    required=metadata["exclusive"] in required_exclusive)
             container = exclusive_groups[metadata["exclusive"]]
-        container.add_argument(flag_of(field.name), default=field.default,
-                               help=metadata["help"],
-                               **dict(metadata["add_argument"], **add_argument_keywords))
+        if "helps_by_value" in metadata:
+            _add_flag_per_value(container, field)
+            continue
+        if metadata["positional"]:
+            names, destination = [field.name], {}
+        elif metadata["flag"]:
+            names, destination = [metadata["flag"]], {"dest": field.name}
+        else:
+            names, destination = [flag_of(field.name)], {}
+        container.add_argument(*names, default=default_of(field), help=metadata["help"],
+                               **destination, **metadata["add_argument"])
+
+
+def _add_flag_per_value(container, field):
+    values = container.add_mutually_exclusive_group()
+    for value, help in field.metadata["helps_by_value"].items():
+        values.add_argument(flag_of(value), dest=field.name, action="store_const", const=value,
+                            help=help)
+    container.set_defaults(**{field.name: field.default})
+
+
+def parse_options(parser, fields, argv):
+    """Parse the command line argv with `parser`, which add_options built from `fields`.
+
+    Returns:
+      ({field name: value}, {the names of the fields whose flags argv gives}).
+
+    Raises:
+      UsageError: a malformed command line (see ArgumentParser).
+    """
+    # Each option starts out as a marker of its own, which argparse replaces only when
+    # the command line gives the option; a list (append) starts as a copy of its default.
+    markers = {field.name: (default_of(field) if field.default_factory is not dataclasses.MISSING
+                            else object())
+               for field in fields}
+    values = vars(parser.parse_args(argv, argparse.Namespace(**markers)))
+    given = {name for name, marker in markers.items() if values[name] is not marker}
+    return {field.name: values[field.name] if field.name in given else default_of(field)
+            for field in fields}, given
+
+
+def parse(parser, options_class, argv):
+    """The options_class (a dataclass of option fields) of the command line argv, parsed
+    by `parser`, which add_options built from its fields."""
+    values, _ = parse_options(parser, option_fields(options_class), argv)
+    return options_class(**values)
 
 
 def parse_bool(text):

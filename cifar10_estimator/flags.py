@@ -158,35 +158,26 @@ def build_parser():
 def parse(argv):
     """The Settings of the trainer's command line, --recipe applied (HParams' derived
     fields and --precision auto are left to resolve); a malformed flag raises UsageError."""
-    values = vars(build_parser().parse_args(argv))
-    values.update(_recipe_values(values["recipe"], _given_destinations(argv)))
+    values, given = cli.parse_options(build_parser(), option_fields(), argv)
+    values.update(_recipe_values(values["recipe"], given))
     return Settings(
         hparams=job_hparams.HParams(**{field.name: values[field.name]
                                        for field in cli.option_fields(job_hparams.HParams)}),
         **{field.name: values[field.name] for field in cli.option_fields(Settings)})
 
 
-def _recipe_values(recipe, given_destinations):
-    """The values of `recipe` that no flag given replaces.
+def _recipe_values(recipe, given):
+    """The values of `recipe` that no option given replaces.
 
-    A recipe's value also yields to a flag the user gave that excludes it (the recipe's
+    A recipe's value also yields to an option the user gave that excludes it (the recipe's
     --train-epochs to a given --train-steps).
     """
     excluded = {field.metadata["exclusive"] for field in option_fields()
-                if field.name in given_destinations and field.metadata["exclusive"]}
+                if field.name in given and field.metadata["exclusive"]}
     replaced = {field.name for field in option_fields()
-                if field.name in given_destinations or field.metadata["exclusive"] in excluded}
+                if field.name in given or field.metadata["exclusive"] in excluded}
     return {destination: value for destination, value in recipes.RECIPES[recipe].items()
             if destination not in replaced}
-
-
-def _given_destinations(argv):
-    """The destinations of the flags present on the command line."""
-    probe = build_parser()
-    for action in probe._actions:
-        action.default = argparse.SUPPRESS
-        action.required = False
-    return set(vars(probe.parse_args(argv)))
 
 
 def quiet_tensorflow_logs():
@@ -444,12 +435,18 @@ def _default_text(field):
     return "%g" % field.default
 
 
+@dataclasses.dataclass(frozen=True)
+class TableOptions:
+    """The options of this module's command line, which prints the flag table."""
+
+    markdown: bool = option(False, "Print it in Markdown.", action="store_true", required=True)
+
+
 def main(argv):
     parser = ArgumentParser(description="Print the trainer's flag table, generated from the "
                                         "options' declarations, for docs/training.md.")
-    parser.add_argument("--markdown", action="store_true", required=True,
-                        help="Print it in Markdown.")
-    parser.parse_args(argv)
+    cli.add_options(parser, cli.option_fields(TableOptions))
+    cli.parse(parser, TableOptions, argv)
     print(markdown_table())
 
 

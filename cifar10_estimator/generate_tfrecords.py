@@ -9,10 +9,12 @@ Records are encoded by tfrecord_format (the on-disk format).
 """
 
 import argparse
+import dataclasses
 import os
 import re
 import shutil
 import sys
+import typing
 
 from cifar10_estimator import cli
 from cifar10_estimator import cifar10
@@ -263,6 +265,38 @@ def _md5_flag(text):
     raise argparse.ArgumentTypeError("expected 32 hex digits or 'none', got %r" % text)
 
 
+@dataclasses.dataclass(frozen=True)
+class GenerateOptions:
+    """The command line: where the TFRecords go, the source, and how to fetch the archive."""
+
+    data_dir: str = cli.option(
+        None, "output directory for the TFRecords (created if missing); for the archive "
+              "source also the directory of the archive and the extracted batches",
+        required=True, metavar="DIR")
+    image_dir: typing.Optional[str] = cli.option(
+        None, "convert the image folders IMAGES/train/<class>/ and IMAGES/test/<class>/ "
+              "instead of the archive (no download); see below",
+        metavar="IMAGES")
+    validation_examples: typing.Optional[int] = cli.option(
+        None, "the last N training images validate (default: data_batch_5 or the last "
+              "fifth; 0: no validation set)",
+        type=cli.non_negative_int, metavar="N")
+    # The archive's options have no value unless given (see _archive_options): one given
+    # with --image-dir is an error.
+    url: str = cli.option(
+        argparse.SUPPRESS, "where to download the archive from (default: $%s if set, else "
+                           "the official URL below)" % URL_ENVIRONMENT_VARIABLE)
+    md5: str = cli.option(
+        argparse.SUPPRESS, "expected MD5 of the archive (default: the official archive's); "
+                           "'none' skips the check. Set it to download a CIFAR-format "
+                           "archive of other data.",
+        type=_md5_flag, metavar="HEX|none")
+    download_attempts: int = cli.option(
+        argparse.SUPPRESS, "requests to make before a broken download gives up (default: "
+                           "%d)" % DEFAULT_DOWNLOAD_ATTEMPTS,
+        type=cli.positive_int, metavar="N")
+
+
 def build_parser():
     parser = cli.ArgumentParser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -316,46 +350,22 @@ def build_parser():
                    classes=", ".join(cifar10.CLASS_NAMES),
                    extensions="/".join(image_folders.IMAGE_EXTENSIONS),
                    seed=image_folders.TRAIN_ORDER_SEED))
-    parser.add_argument(
-        "--data-dir", required=True, metavar="DIR",
-        help="output directory for the TFRecords (created if missing); for the archive "
-             "source also the directory of the archive and the extracted batches")
-    parser.add_argument(
-        "--image-dir", metavar="IMAGES",
-        help="convert the image folders IMAGES/train/<class>/ and IMAGES/test/<class>/ "
-             "instead of the archive (no download); see below")
-    parser.add_argument(
-        "--validation-examples", type=cli.non_negative_int, metavar="N",
-        help="the last N training images validate (default: data_batch_5 or the last "
-             "fifth; 0: no validation set)")
-    # The archive's flags default to absent, so that giving one with --image-dir is caught.
-    parser.add_argument(
-        "--url", default=argparse.SUPPRESS,
-        help="where to download the archive from (default: $%s if set, else the official "
-             "URL below)" % URL_ENVIRONMENT_VARIABLE)
-    parser.add_argument(
-        "--md5", type=_md5_flag, default=argparse.SUPPRESS, metavar="HEX|none",
-        help="expected MD5 of the archive (default: the official archive's); 'none' skips "
-             "the check. Set it to download a CIFAR-format archive of other data.")
-    parser.add_argument(
-        "--download-attempts", type=cli.positive_int, default=argparse.SUPPRESS, metavar="N",
-        help="requests to make before a broken download gives up (default: %d)"
-             % DEFAULT_DOWNLOAD_ATTEMPTS)
+    cli.add_options(parser, cli.option_fields(GenerateOptions))
     return parser
 
 
-def _archive_options(args):
+def _archive_options(args, given):
     """convert()'s url, md5 and download_attempts: the flags given, else their defaults."""
-    given = vars(args)
-    return {"url": given.get("url") or os.environ.get(URL_ENVIRONMENT_VARIABLE)
-            or cifar10_archive.OFFICIAL_URL,
-            "md5": given.get("md5", cifar10_archive.OFFICIAL_MD5),
-            "download_attempts": given.get("download_attempts", DEFAULT_DOWNLOAD_ATTEMPTS)}
+    return {"url": (args.url if "url" in given else None)
+            or os.environ.get(URL_ENVIRONMENT_VARIABLE) or cifar10_archive.OFFICIAL_URL,
+            "md5": args.md5 if "md5" in given else cifar10_archive.OFFICIAL_MD5,
+            "download_attempts": (args.download_attempts if "download_attempts" in given
+                                  else DEFAULT_DOWNLOAD_ATTEMPTS)}
 
 
-def _convert_image_folders_with_one_line_errors(args):
+def _convert_image_folders_with_one_line_errors(args, given):
     """convert_image_folders for the command line: progress live, a failure one line."""
-    misplaced = [name for name in _ARCHIVE_FLAGS if name in vars(args)]
+    misplaced = [name for name in _ARCHIVE_FLAGS if name in given]
     if misplaced:
         raise UsageError("--%s is for the archive source; drop it with --image-dir"
                          % misplaced[0].replace("_", "-"))
@@ -367,15 +377,16 @@ def _convert_image_folders_with_one_line_errors(args):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    values, given = cli.parse_options(build_parser(), cli.option_fields(GenerateOptions), argv)
+    args = GenerateOptions(**values)
     # TensorFlow only writes records here; its C++ start-up notices would bury our messages.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         if args.image_dir is None:
             num_examples = convert(args.data_dir, num_validation_examples=args.validation_examples,
-                                   **_archive_options(args))
+                                   **_archive_options(args, given))
         else:
-            num_examples = _convert_image_folders_with_one_line_errors(args)
+            num_examples = _convert_image_folders_with_one_line_errors(args, given)
     except download.DownloadError as error:
         raise download.DownloadError("%s; place %s in %s or pass --url" % (
             error, cifar10_archive.ARCHIVE_FILENAME, args.data_dir))

@@ -13,6 +13,7 @@ incompressible), so the benchmark runs from an installed package, without the te
 import dataclasses
 import hashlib
 import io
+import itertools
 import os
 import pickle
 import shutil
@@ -27,6 +28,7 @@ from cifar10_estimator import generate_tfrecords
 from cifar10_estimator.data import synthetic_archive
 from cifar10_estimator import cifar10
 from cifar10_estimator.data import tfrecord_format
+from cifar10_estimator.machine import alternating_rounds
 
 IMAGES_PER_OFFICIAL_BATCH = 10000
 
@@ -107,7 +109,7 @@ def _examples_digest(data_dir):
 
 def compare_conversions(archive_path, work_dir, num_rounds, keep_package_output=None,
                         report=None):
-    """Convert the archive both ways, alternating which goes first each round.
+    """Convert the archive both ways, alternating which goes first (alternating_rounds).
 
     Args:
       archive_path: an official-format archive.
@@ -122,22 +124,26 @@ def compare_conversions(archive_path, work_dir, num_rounds, keep_package_output=
       (dict way -> list of ConversionMeasurement, whether both ways wrote the same
       examples in the same order to train/validation/eval).
     """
-    ways = {"package": convert_with_the_package, "original": convert_the_original_way}
-    measurements = {way: [] for way in ways}
+    ways = {"original": convert_the_original_way, "package": convert_with_the_package}
     digests = {}
-    for round_index in range(num_rounds):
-        order = ["original", "package"] if round_index % 2 == 0 else ["package", "original"]
-        for way in order:
-            output_dir = os.path.join(work_dir, "%s_%d" % (way, round_index))
+
+    def contender(way):
+        round_indexes = itertools.count()
+
+        def measure():
+            output_dir = os.path.join(work_dir, "%s_%d" % (way, next(round_indexes)))
             measurement = _measure_conversion(ways[way], archive_path, output_dir)
-            measurements[way].append(measurement)
             if way not in digests:
                 digests[way] = _examples_digest(output_dir)
-            if report:
-                report(round_index, way, measurement)
             if way == "package" and keep_package_output and not os.path.exists(
                     keep_package_output):
                 os.replace(output_dir, keep_package_output)
             else:
                 shutil.rmtree(output_dir)
+            return measurement
+        return measure
+
+    results = alternating_rounds.measure(
+        {way: contender(way) for way in ways}, num_rounds, report=report)
+    measurements = {way: results[way].measurements for way in ("package", "original")}
     return measurements, digests["package"] == digests["original"]

@@ -7,8 +7,9 @@ Evaluates the latest checkpoint of a job that trained in a mixed precision (bf16
 CPU) with the trainer's own evaluation graph, as hparams.json describes it (its depth,
 averaged weights and test-time views), once in float32 (the default) and once in the
 training precision (--eval-in-training-precision), the two taking turns for --rounds
-rounds. Each turn is one whole evaluation of the subset: graph, restore and every batch.
-It prints each turn's time and accuracy, and the speed ratio of each round.
+rounds, the one first in a round alternating (alternating_rounds). Each turn is one whole
+evaluation of the subset: graph, restore and every batch. It prints each turn's time and
+accuracy, float32's first in each round, and the speed ratio of each round.
 """
 
 import dataclasses
@@ -18,22 +19,31 @@ import time
 from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.errors import UsageError
+from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import evaluate
-from cifar10_estimator.serving.options import shared
+from cifar10_estimator.serving import options as shared
 from cifar10_estimator.training import precision
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationBenchmarkOptions:
+    """The command line: the job, its data, and how much to time."""
+
+    job_dir: str = shared.job_dir(required=True)
+    data_dir: str = shared.data_dir(required=True)
+    subset: str = cli.option("validation", "Which examples to evaluate.",
+                             choices=["eval", "validation"])
+    rounds: int = cli.option(2, "Turns of each precision.", type=cli.positive_int)
+    batch_size: int = cli.option(
+        500, "Examples per batch (the budget recipe's --eval-batch-size).",
+        type=cli.positive_int)
 
 
 def build_parser():
     parser = cli.ArgumentParser(
         description="Time the trainer's evaluation of a checkpoint in float32 and in the "
                     "precision it trained in, taking turns.")
-    cli.add_options(parser, shared("job_dir", "data_dir"), required=True)
-    parser.add_argument("--subset", choices=["eval", "validation"], default="validation",
-                        help="Which examples to evaluate.")
-    parser.add_argument("--rounds", type=cli.positive_int, default=2,
-                        help="Turns of each precision.")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=500,
-                        help="Examples per batch (the budget recipe's --eval-batch-size).")
+    cli.add_options(parser, cli.option_fields(EvaluationBenchmarkOptions))
     return parser
 
 
@@ -50,7 +60,7 @@ def _evaluation_ways(hparams):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), EvaluationBenchmarkOptions, argv)
     cli.quiet_tensorflow_logs("3", "ERROR")
     hparams = job_hparams.load(args.job_dir)
     ways = _evaluation_ways(hparams)
@@ -58,19 +68,27 @@ def main(argv):
     views = (1 + 4 * bool(hparams.eval_shifts)) * (1 + hparams.eval_flips)
     print("%s, ResNet-%d, %d views an image, subset %s, batch %d"
           % (checkpoint, hparams.num_layers, views, args.subset, args.batch_size))
-    ratios = []
-    for round_index in range(args.rounds):
-        seconds = {}
-        for name, way in ways:
+
+    def evaluation(way):
+        def timed():
             start = time.perf_counter()
             predicted, labels = evaluate.predict_subset(
                 checkpoint, way, args.data_dir, args.subset, args.batch_size,
                 evaluation_graph=True)
-            seconds[name] = time.perf_counter() - start
+            return time.perf_counter() - start, predicted, labels
+        return timed
+
+    def report_round(round_index, measured):
+        for name, (seconds, predicted, labels) in measured.items():
             print("round %d: %-7s %7.2f s, %5.0f images/sec, accuracy %.4f (%d/%d)"
-                  % (round_index + 1, name, seconds[name], len(labels) / seconds[name],
+                  % (round_index + 1, name, seconds, len(labels) / seconds,
                      (predicted == labels).mean(), (predicted == labels).sum(), len(labels)))
-        ratios.append(seconds["float32"] / seconds[ways[1][0]])
+
+    results = alternating_rounds.measure({name: evaluation(way) for name, way in ways},
+                                         args.rounds, report_round=report_round)
+    float32, mixed = (results[name].figures(lambda turn: turn[0]) for name, _ in ways)
+    ratios = [float32_seconds / mixed_seconds
+              for float32_seconds, mixed_seconds in zip(float32, mixed)]
     print("%s evaluation at %.2fx the speed of float32 (median of %d rounds: %s)"
           % (ways[1][0], statistics.median(ratios), len(ratios),
              ", ".join("%.2f" % ratio for ratio in ratios)))

@@ -16,8 +16,10 @@ temporary directory first.
 
 import argparse
 import dataclasses
+import functools
 import tempfile
 import time
+import typing
 
 import numpy as np
 import tensorflow as tf
@@ -25,6 +27,7 @@ import tensorflow as tf
 from cifar10_estimator import cifar10
 from cifar10_estimator import cli
 from cifar10_estimator.data import tfrecord_format
+from cifar10_estimator.machine import alternating_rounds
 
 SYNTHETIC_NUM_EXAMPLES = 40000
 
@@ -147,7 +150,8 @@ def compare_input_pipelines(data_dir, batch_size=128, num_batches=200, num_round
       data_dir: directory holding train.tfrecords (and, optionally, its counts file).
       batch_size: examples per batch, for both pipelines.
       num_batches: batches timed per pipeline and round.
-      num_rounds: number of rounds; the pipeline measured first alternates.
+      num_rounds: number of rounds; the pipeline measured first alternates
+        (alternating_rounds).
       num_warmup_batches: untimed batches before each measurement.
       report_round: optional function(round_index, original, dataset) called with the
         two Measurements of each round.
@@ -165,19 +169,19 @@ def compare_input_pipelines(data_dir, batch_size=128, num_batches=200, num_round
                                           data_set.num_examples_per_epoch())
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
-    pipelines = {"original": original_batch,
-                 "dataset": lambda: data_set.make_batch(batch_size)}
-    comparison = PipelineComparison(original=[], dataset=[])
-    for round_index in range(num_rounds):
-        names = ["original", "dataset"] if round_index % 2 == 0 else ["dataset", "original"]
-        measured = {name: measure_pipeline(pipelines[name], batch_size, num_batches,
-                                           num_warmup_batches)
-                    for name in names}
-        comparison.original.append(measured["original"])
-        comparison.dataset.append(measured["dataset"])
+    def report(round_index, measured):
         if report_round:
             report_round(round_index, measured["original"], measured["dataset"])
-    return comparison
+
+    pipelines = {"original": original_batch,
+                 "dataset": lambda: data_set.make_batch(batch_size)}
+    results = alternating_rounds.measure(
+        {name: functools.partial(measure_pipeline, make_batch_tensors, batch_size,
+                                 num_batches, num_warmup_batches)
+         for name, make_batch_tensors in pipelines.items()},
+        num_rounds, report_round=report)
+    return PipelineComparison(original=results["original"].measurements,
+                              dataset=results["dataset"].measurements)
 
 
 def _int_at_least(minimum):
@@ -194,25 +198,32 @@ def _int_at_least(minimum):
     return parse
 
 
+@dataclasses.dataclass(frozen=True)
+class InputBenchmarkOptions:
+    """The command line: the train file, and how much to time."""
+
+    data_dir: typing.Optional[str] = cli.option(
+        None, "directory with train.tfrecords (default: %d synthetic examples in a temporary "
+              "directory)" % SYNTHETIC_NUM_EXAMPLES)
+    batch_size: int = cli.option(128, "examples per batch (default 128)",
+                                 type=_int_at_least(1))
+    num_batches: int = cli.option(200, "batches timed per pipeline and round (default 200)",
+                                  type=_int_at_least(1))
+    rounds: int = cli.option(5, "alternating rounds (default 5)", type=_int_at_least(1))
+    warmup_batches: int = cli.option(
+        20, "untimed batches before each measurement (default 20)", type=_int_at_least(0))
+
+
 def build_parser():
     parser = cli.ArgumentParser(
         description="Examples/sec of Cifar10DataSet versus the original tutorial's pipeline, "
                     "on the same train file.")
-    parser.add_argument("--data-dir", help="directory with train.tfrecords (default: %d "
-                        "synthetic examples in a temporary directory)" % SYNTHETIC_NUM_EXAMPLES)
-    parser.add_argument("--batch-size", type=_int_at_least(1), default=128,
-                        help="examples per batch (default 128)")
-    parser.add_argument("--num-batches", type=_int_at_least(1), default=200,
-                        help="batches timed per pipeline and round (default 200)")
-    parser.add_argument("--rounds", type=_int_at_least(1), default=5,
-                        help="alternating rounds (default 5)")
-    parser.add_argument("--warmup-batches", type=_int_at_least(0), default=20,
-                        help="untimed batches before each measurement (default 20)")
+    cli.add_options(parser, cli.option_fields(InputBenchmarkOptions))
     return parser
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), InputBenchmarkOptions, argv)
     if args.data_dir is not None:
         return _compare_and_print(args.data_dir, args)
     with tempfile.TemporaryDirectory(prefix="cifar10_input_benchmark_") as data_dir:

@@ -20,11 +20,13 @@ the trainer's --precision bf16.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 
+from cifar10_estimator import cli
 from cifar10_estimator.hparams import DEFAULTS, HParams
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
@@ -176,19 +178,27 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class KerasPeerOptions:
+    """The command line the benchmark gives this child process."""
+
+    data_dir: str = cli.option(None, None, required=True)
+    num_layers: int = cli.option(20, None, type=int)
+    batch_size: int = cli.option(128, None, type=int)
+    steps: int = cli.option(130, None, type=int)
+    precision: str = cli.option("fp32", None, choices=sorted(KERAS_POLICIES))
+
+
 def build_parser():
+    # argparse's own parser: a child process of the benchmark exits on a bad flag.
     parser = argparse.ArgumentParser(
         description="Steady-state examples/sec of the ResNet under Keras model.fit.")
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--num-layers", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=130)
-    parser.add_argument("--precision", choices=sorted(KERAS_POLICIES), default="fp32")
+    cli.add_options(parser, cli.option_fields(KerasPeerOptions))
     return parser
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), KerasPeerOptions, argv)
     result = train_with_fit(args.data_dir, args.num_layers, args.batch_size, args.steps,
                             precision=args.precision)
     print(RESULT_PREFIX + json.dumps(result), flush=True)

@@ -29,9 +29,11 @@ import statistics
 import sys
 import tempfile
 import time
+import typing
 
 from cifar10_estimator import cli
-from cifar10_estimator.serving.options import shared
+from cifar10_estimator.machine import alternating_rounds
+from cifar10_estimator.serving import options as shared
 
 BATCH_SIZE = 100
 WARMUP_CALLS = 5
@@ -64,32 +66,41 @@ class RuntimeResult:
         return statistics.median(self.images_per_sec)
 
 
+@dataclasses.dataclass(frozen=True)
+class RuntimesOptions:
+    """The command line: the job and its data, where to convert, how much to time."""
+
+    job_dir: str = cli.option(
+        None, "a job dir (its newest export under export/best, else export/latest), or an "
+              "export", required=True)
+    # The eval subset is the test set; validation images calibrate int8.
+    data_dir: str = shared.data_dir(required=True)
+    work_dir: typing.Optional[str] = cli.option(
+        None, "where the converted files are written and kept (default: a temporary "
+              "directory, removed afterwards)", metavar="DIR")
+    rounds: int = cli.option(3, "timing rounds (default 3)", type=cli.positive_int)
+    latency_images: int = cli.option(
+        200, "timed calls on one image per runtime and round (default 200)",
+        type=cli.positive_int)
+    throughput_batches: int = cli.option(
+        10, "timed calls on %d images per runtime and round (default 10)" % BATCH_SIZE,
+        type=cli.positive_int)
+    threads: typing.Optional[int] = cli.option(
+        None, "threads of every runtime (default: one per CPU this process may use)",
+        type=cli.positive_int, metavar="N")
+    calibration_images: typing.Optional[int] = cli.option(
+        None, "validation images that calibrate int8 (default: convert's)",
+        type=cli.positive_int, metavar="N")
+    json: typing.Optional[str] = cli.option(
+        None, "also write the results as JSON here", metavar="PATH")
+
+
 def build_parser():
     parser = cli.ArgumentParser(
         description="Test accuracy, agreement with the SavedModel, size, latency and "
                     "throughput of a job's export as a SavedModel, float and int8 "
                     "TensorFlow Lite and ONNX files, each in its own runtime.")
-    parser.add_argument("--job-dir", required=True,
-                        help="a job dir (its newest export under export/best, else "
-                             "export/latest), or an export")
-    # The eval subset is the test set; validation images calibrate int8.
-    cli.add_options(parser, shared("data_dir"), required=True)
-    parser.add_argument("--work-dir", metavar="DIR",
-                        help="where the converted files are written and kept (default: a "
-                             "temporary directory, removed afterwards)")
-    parser.add_argument("--rounds", type=cli.positive_int, default=3,
-                        help="timing rounds (default 3)")
-    parser.add_argument("--latency-images", type=cli.positive_int, default=200,
-                        help="timed calls on one image per runtime and round (default 200)")
-    parser.add_argument("--throughput-batches", type=cli.positive_int, default=10,
-                        help="timed calls on %d images per runtime and round (default 10)"
-                        % BATCH_SIZE)
-    parser.add_argument("--threads", type=cli.positive_int, metavar="N",
-                        help="threads of every runtime (default: one per CPU this process "
-                             "may use)")
-    parser.add_argument("--calibration-images", type=cli.positive_int, metavar="N",
-                        help="validation images that calibrate int8 (default: convert's)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    cli.add_options(parser, cli.option_fields(RuntimesOptions))
     return parser
 
 
@@ -159,19 +170,22 @@ def test_accuracies(models, images, labels, say):
 
 
 def time_in_rounds(models, results, images, args, say):
-    """Append each round's latency and throughput of models[i] to results[i]."""
-    for round_index in range(args.rounds):
-        order = list(range(len(models)))
-        if round_index % 2:
-            order.reverse()
-        for index in order:
-            model, result = models[index][0], results[index]
-            result.latency_ms.append(time_latency_ms(model, images, args.latency_images))
-            result.images_per_sec.append(
-                time_images_per_sec(model, images, args.throughput_batches))
-            say("round %d: %-11s %7.2f ms per image at batch 1, %7.0f images/sec at batch %d"
-                % (round_index + 1, result.name, result.latency_ms[-1],
-                   result.images_per_sec[-1], BATCH_SIZE))
+    """Append each round's latency and throughput of models[i] to results[i]; the models
+    take turns in alternating order (alternating_rounds)."""
+    def timings(model):
+        return lambda: (time_latency_ms(model, images, args.latency_images),
+                        time_images_per_sec(model, images, args.throughput_batches))
+
+    def report(round_index, index, measurement):
+        latency_ms, images_per_sec = measurement
+        results[index].latency_ms.append(latency_ms)
+        results[index].images_per_sec.append(images_per_sec)
+        say("round %d: %-11s %7.2f ms per image at batch 1, %7.0f images/sec at batch %d"
+            % (round_index + 1, results[index].name, latency_ms, images_per_sec, BATCH_SIZE))
+
+    alternating_rounds.measure(
+        {index: timings(model) for index, (model, _, _) in enumerate(models)}, args.rounds,
+        report=report)
 
 
 def measure(job_dir, data_dir, work_dir, args, say=print):
@@ -254,7 +268,7 @@ def markdown(results, facts, command, args):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), RuntimesOptions, argv)
     cli.quiet_tensorflow_logs("2", "ERROR")
     command = " ".join([cli.invoked_program()] + [shlex.quote(arg) for arg in argv])
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_runtimes_")

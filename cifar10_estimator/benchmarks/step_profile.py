@@ -12,8 +12,8 @@ time, not of the step's wall time, which is printed beside it. Tracing slows a s
 little; compare shares, and time whole runs with the benchmark suite.
 """
 
-import argparse
 import collections
+import dataclasses
 import re
 import statistics
 import time
@@ -24,19 +24,26 @@ from cifar10_estimator import cli
 _TIMELINE_OP_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
 
 
+@dataclasses.dataclass(frozen=True)
+class StepProfileOptions:
+    """The command line: the model, the step and how much of it to show."""
+
+    num_layers: int = cli.option(20, None, type=cli.positive_int)
+    precision: str = cli.option("fp32", None, choices=("fp32", "bf16"))
+    batch_size: int = cli.option(64, None, type=cli.positive_int)
+    data_format: str = cli.option("channels_last", "Layout inside the model.",
+                                  choices=("channels_last", "channels_first"))
+    steps: int = cli.option(20, "Traced steps, after as many untraced warm-up steps.",
+                            type=cli.positive_int)
+    top: int = cli.option(15, "Op types to list; the rest are summed in one row.",
+                          type=cli.positive_int)
+
+
 def build_parser():
     parser = cli.ArgumentParser(
         description="Trace training steps of the ResNet and print the kernel time by op "
                     "type, from TensorFlow's step statistics.")
-    parser.add_argument("--num-layers", type=cli.positive_int, default=20)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--batch-size", type=cli.positive_int, default=64)
-    parser.add_argument("--data-format", choices=("channels_last", "channels_first"),
-                        default="channels_last", help="Layout inside the model.")
-    parser.add_argument("--steps", type=cli.positive_int, default=20,
-                        help="Traced steps, after as many untraced warm-up steps.")
-    parser.add_argument("--top", type=cli.positive_int, default=15,
-                        help="Op types to list; the rest are summed in one row.")
+    cli.add_options(parser, cli.option_fields(StepProfileOptions))
     return parser
 
 
@@ -75,7 +82,7 @@ def _training_session(args):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), StepProfileOptions, argv)
     cli.quiet_tensorflow_logs("3", "ERROR")
     import tensorflow as tf
     with tf.Graph().as_default():

@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+import typing
 
 from cifar10_estimator import cli
 
@@ -89,28 +90,6 @@ MODES = {
 }
 
 
-def build_parser():
-    parser = cli.ArgumentParser(
-        description="Measure input, training and conversion throughput on this "
-                               "machine and write benchmark.json and benchmark.md.")
-    modes = parser.add_mutually_exclusive_group()
-    for name, text in (("smoke", "check the machinery in under a minute (ResNet-8, tiny data)"),
-                       ("quick", "ResNet-20, full-size data, a few minutes (default)"),
-                       ("full", "ResNet-20 and ResNet-44, more steps and rounds, tens of "
-                                "minutes")):
-        modes.add_argument("--" + name, dest="mode", action="store_const", const=name, help=text)
-    parser.set_defaults(mode="quick")
-    parser.add_argument("--num-layers", type=_depth, nargs="+", metavar="N",
-                        help="ResNet depths to train (6n+2) instead of the mode's")
-    parser.add_argument("--output-dir", default="benchmark_results", metavar="DIR",
-                        help="where benchmark.json and benchmark.md are written "
-                             "(default: %(default)s)")
-    parser.add_argument("--work-dir", metavar="DIR",
-                        help="scratch space for the archive, TFRecords and jobs, about 1 GB "
-                             "(default: a temporary directory, removed afterwards)")
-    return parser
-
-
 def _depth(text):
     from cifar10_estimator import cifar10_model
     depth = cli.positive_int(text)
@@ -121,8 +100,35 @@ def _depth(text):
     return depth
 
 
+@dataclasses.dataclass(frozen=True)
+class SuiteOptions:
+    """The command line: how much to measure, and where the results and scratch files go."""
+
+    mode: str = cli.option_per_value("quick", {
+        "smoke": "check the machinery in under a minute (ResNet-8, tiny data)",
+        "quick": "ResNet-20, full-size data, a few minutes (default)",
+        "full": "ResNet-20 and ResNet-44, more steps and rounds, tens of minutes"})
+    num_layers: typing.Optional[list] = cli.option(
+        None, "ResNet depths to train (6n+2) instead of the mode's",
+        type=_depth, nargs="+", metavar="N")
+    output_dir: str = cli.option(
+        "benchmark_results", "where benchmark.json and benchmark.md are written (default: "
+                             "%(default)s)", metavar="DIR")
+    work_dir: typing.Optional[str] = cli.option(
+        None, "scratch space for the archive, TFRecords and jobs, about 1 GB (default: a "
+              "temporary directory, removed afterwards)", metavar="DIR")
+
+
+def build_parser():
+    parser = cli.ArgumentParser(
+        description="Measure input, training and conversion throughput on this "
+                               "machine and write benchmark.json and benchmark.md.")
+    cli.add_options(parser, cli.option_fields(SuiteOptions))
+    return parser
+
+
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), SuiteOptions, argv)
     # `kill` must not leave paused trainers and the work directory behind: SIGTERM
     # unwinds like Ctrl-C, through the clean-up below and in training.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

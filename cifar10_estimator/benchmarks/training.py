@@ -5,11 +5,11 @@ cifar10_estimator.main ...`, `python -m cifar10_estimator.benchmarks.keras_peer 
 logs every 10 steps the trainer's ExamplesPerSecondHook line
 `Average examples/sec: A (C), step = S`, C being the rate over the 10 steps ending at S.
 A run that reaches warmup_steps is paused (SIGSTOP). The runs then take turns, one
-10-step interval each while the others stay paused (A B C, C B A, A B C, ...), until each
-has run timed_steps; at the end all resume together to finish. So whatever else loads a
-shared machine (other processes, or neighbours on the host that no counter shows) falls
-on every run alike, interval by interval, and a ratio is the median of the ratios of
-intervals run back to back. An interval's time is the child's own minus the time it
+10-step interval each while the others stay paused (A B C, C B A, A B C, ...: rounds of
+alternating_rounds), until each has run timed_steps; at the end all resume together to
+finish. So whatever else loads a shared machine (other processes, or neighbours on the
+host that no counter shows) falls on every run alike, interval by interval, and a ratio
+is the median of the ratios of intervals run back to back. An interval's time is the child's own minus the time it
 was paused within it. Start-up, graph building, warm-up steps, the final checkpoint,
 evaluation and export are never timed. Memory is each child's peak RSS (VmHWM), read
 until it exits.
@@ -33,6 +33,7 @@ import time
 from cifar10_estimator.benchmarks import keras_peer
 from cifar10_estimator.benchmarks import host
 from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.machine import alternating_rounds
 
 HOOK_LINE = re.compile(r"Average examples/sec: [0-9.e+]+ \(([0-9.e+]+)\), step = (\d+)")
 LOG_EVERY_N_STEPS = 10
@@ -318,17 +319,19 @@ def measure_interleaved(runs, data_dir, work_dir, warmup_steps, timed_steps, rep
              for run, job_dir in zip(runs, job_dirs)]
     interleaving = _Interleaving(runs, argvs, [package_environment(run.extra_env)
                                                for run in runs], log_paths)
-    rates, shares = [[] for _ in runs], [[] for _ in runs]
+
+    def turn_of(index):
+        return lambda: interleaving.take_turn(index, runs[index].batch_size)
+
+    def report_turn(turn, index, measurement):
+        if report:
+            report(turn, runs[index], *measurement)
+
     try:
         interleaving.warm_up(warmup_steps)
-        for turn in range(timed_steps // LOG_EVERY_N_STEPS):
-            order = list(range(len(runs)))
-            for index in (order if turn % 2 == 0 else order[::-1]):
-                rate, share = interleaving.take_turn(index, runs[index].batch_size)
-                rates[index].append(rate)
-                shares[index].append(share)
-                if report:
-                    report(turn, runs[index], rate, share)
+        turns = alternating_rounds.measure(
+            {index: turn_of(index) for index in range(len(runs))},
+            timed_steps // LOG_EVERY_N_STEPS, report=report_turn)
         outcomes = interleaving.finish()
     except BaseException:
         interleaving.kill()
@@ -339,7 +342,8 @@ def measure_interleaved(runs, data_dir, work_dir, warmup_steps, timed_steps, rep
             raise Cifar10EstimatorError("%s exited with status %d; see its log %s"
                                         % (run.name, status, log_paths[index]))
         details = _keras_result(log_paths[index]) if run.kind == "keras" else {}
-        measurements[run.name] = Measurement(rates[index], shares[index], cpu_secs, max_rss_mb,
+        rates, shares = zip(*turns[index].measurements)
+        measurements[run.name] = Measurement(list(rates), list(shares), cpu_secs, max_rss_mb,
                                              details)
     for job_dir in job_dirs:
         shutil.rmtree(job_dir, ignore_errors=True)

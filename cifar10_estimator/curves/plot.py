@@ -9,9 +9,11 @@ request: one PNG, each run labelled by how its hyper-parameters differ from the 
 Needs matplotlib, the optional extra: pip install -e '.[plot]'.
 """
 
+import dataclasses
 import os
 import tempfile
 import textwrap
+import typing
 
 from cifar10_estimator import cli
 from cifar10_estimator.curves import runs as job_runs
@@ -25,26 +27,36 @@ ACCURACY_LABEL = "validation accuracy (%)"
 LEARNING_RATE_LABEL = "learning rate"
 
 
+@dataclasses.dataclass(frozen=True)
+class CurvesOptions:
+    """The command line: the runs, the PNG, and what the figure shows."""
+
+    job_dirs: list = cli.option(
+        None, "Job directories written by python -m cifar10_estimator.main.",
+        positional=True, nargs="+", metavar="JOB")
+    output: str = cli.option(
+        None, "The PNG file to write (replaced if it exists).", required=True, metavar="PNG")
+    reference: list = cli.option(
+        [], "A horizontal line at an accuracy, e.g. a longer run's test accuracy to compare "
+            "with (may be repeated).",
+        nargs=2, action="append", metavar=("PERCENT", "LABEL"))
+    accuracy_min: typing.Optional[float] = cli.option(
+        None, "The lowest accuracy the upper panel shows (default: the lowest point), to "
+              "look closely at the end of the runs.",
+        type=float, metavar="PERCENT")
+    x_axis: str = cli.option(
+        "epochs", "epochs of the training set, or minutes since each run started (time to "
+                  "accuracy; the test result is drawn as a star where the run wrote it, at "
+                  "the end of the whole command).",
+        choices=sorted(X_AXIS_LABELS))
+    title: typing.Optional[str] = cli.option(None, "The figure's title.")
+
+
 def build_parser():
     parser = cli.ArgumentParser(
         description="Draw the validation accuracy and the learning rate of training runs "
                     "against epochs, from their job directories' event files, into a PNG.")
-    parser.add_argument("job_dirs", nargs="+", metavar="JOB",
-                        help="Job directories written by python -m cifar10_estimator.main.")
-    parser.add_argument("--output", required=True, metavar="PNG",
-                        help="The PNG file to write (replaced if it exists).")
-    parser.add_argument("--reference", nargs=2, action="append", default=[],
-                        metavar=("PERCENT", "LABEL"),
-                        help="A horizontal line at an accuracy, e.g. a longer run's test "
-                             "accuracy to compare with (may be repeated).")
-    parser.add_argument("--accuracy-min", type=float, default=None, metavar="PERCENT",
-                        help="The lowest accuracy the upper panel shows (default: the "
-                             "lowest point), to look closely at the end of the runs.")
-    parser.add_argument("--x-axis", choices=sorted(X_AXIS_LABELS), default="epochs",
-                        help="epochs of the training set, or minutes since each run started "
-                             "(time to accuracy; the test result is drawn as a star where "
-                             "the run wrote it, at the end of the whole command).")
-    parser.add_argument("--title", default=None, help="The figure's title.")
+    cli.add_options(parser, cli.option_fields(CurvesOptions))
     return parser
 
 
@@ -142,7 +154,7 @@ def save_png(fig, path):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = cli.parse(build_parser(), CurvesOptions, argv)
     references = []
     for percent, label in args.reference:
         try:

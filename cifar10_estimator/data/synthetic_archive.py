@@ -11,6 +11,7 @@ convert, train) can run where the real archive cannot be downloaded:
     python -m cifar10_estimator.generate_tfrecords --data-dir DATA
 """
 
+import dataclasses
 import io
 import os
 import pickle
@@ -23,7 +24,8 @@ import numpy as np
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import tfrecord_format
-from cifar10_estimator.cli import ArgumentParser, positive_int, run_command
+from cifar10_estimator.cli import (ArgumentParser, add_options, option, option_fields, parse,
+                                   positive_int, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULT_IMAGES_PER_BATCH = 200
@@ -113,23 +115,32 @@ def write_archive(path, batches, extra_members=()):
             archive.addfile(info, io.BytesIO(payload) if payload is not None else None)
 
 
+@dataclasses.dataclass(frozen=True)
+class SyntheticArchiveOptions:
+    """The command line: where to write the archive, how many images, which."""
+
+    output: str = option(
+        None, "archive to write, e.g. DATA/%s" % cifar10_archive.ARCHIVE_FILENAME,
+        required=True, metavar="PATH")
+    images_per_batch: int = option(
+        DEFAULT_IMAGES_PER_BATCH, "images in each of the six batches (official: 10000; "
+                                  "default: %(default)s)",
+        type=positive_int, metavar="N")
+    seed: int = option(0, "random seed (default: 0)", type=int)
+
+
 def build_parser():
     parser = ArgumentParser(
         description="Write %s of random images in the official CIFAR-10 format (six "
                     "Python 2 pickles), to run the pipeline offline. generate_tfrecords "
                     "converts it with a warning that its MD5 is not the official one."
                     % cifar10_archive.ARCHIVE_FILENAME)
-    parser.add_argument("--output", required=True, metavar="PATH",
-                        help="archive to write, e.g. DATA/%s" % cifar10_archive.ARCHIVE_FILENAME)
-    parser.add_argument("--images-per-batch", type=positive_int, default=DEFAULT_IMAGES_PER_BATCH,
-                        metavar="N", help="images in each of the six batches (official: "
-                                          "10000; default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    add_options(parser, option_fields(SyntheticArchiveOptions))
     return parser
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), SyntheticArchiveOptions, argv)
     if os.path.isdir(args.output):
         raise UsageError("--output %s is a directory; name the archive file, e.g. %s"
                          % (args.output, os.path.join(args.output,

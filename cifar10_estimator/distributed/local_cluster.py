@@ -23,7 +23,8 @@ import time
 
 from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator.distributed import cluster
-from cifar10_estimator.cli import (ArgumentParser, non_negative_float, non_negative_int,
+from cifar10_estimator.cli import (ArgumentParser, add_options, non_negative_float,
+                                   non_negative_int, option, option_fields, parse,
                                    positive_float, positive_int, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -254,29 +255,37 @@ class LocalCluster:
             time.sleep(POLL_SECS)
 
 
+@dataclasses.dataclass(frozen=True)
+class LauncherOptions:
+    """The launcher's own command line, before `--`: the cluster's shape and its limits."""
+
+    num_ps: int = option(1, "Parameter servers, 1 or more (default 1).",
+                         type=positive_int, metavar="N")
+    num_workers: int = option(1, "Workers besides the chief, 0 or more (default 1).",
+                              type=non_negative_int, metavar="N")
+    evaluator: bool = option(
+        True, "Start no evaluator task (by default one evaluates each new checkpoint).",
+        flag="--no-evaluator", action="store_false")
+    timeout_secs: float = option(
+        0, "Stop everything and fail if the cluster runs longer than S seconds (default 0: "
+           "no limit).",
+        type=non_negative_float, metavar="S")
+    evaluator_grace_secs: float = option(
+        EVALUATOR_GRACE_SECS,
+        "Once training ended, how long the evaluator may take to evaluate the final "
+        "checkpoint (on the validation and the test set) and export it before it is "
+        "stopped (default %d). It starts on that checkpoint within seconds, whatever "
+        "--eval-every-secs says, once an evaluation under way ended." % EVALUATOR_GRACE_SECS,
+        type=positive_float, metavar="S")
+
+
 def build_parser():
     parser = ArgumentParser(
         usage="%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--timeout-secs S] "
               "[--evaluator-grace-secs S] -- TRAINER FLAGS",
         description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
                     "processes on 127.0.0.1, each `python -m %s TRAINER FLAGS`." % TRAINER_MODULE)
-    parser.add_argument("--num-ps", type=positive_int, default=1, metavar="N",
-                        help="Parameter servers, 1 or more (default 1).")
-    parser.add_argument("--num-workers", type=non_negative_int, default=1, metavar="N",
-                        help="Workers besides the chief, 0 or more (default 1).")
-    parser.add_argument("--no-evaluator", dest="evaluator", action="store_false",
-                        help="Start no evaluator task (by default one evaluates each new "
-                             "checkpoint).")
-    parser.add_argument("--timeout-secs", type=non_negative_float, default=0, metavar="S",
-                        help="Stop everything and fail if the cluster runs longer than S "
-                             "seconds (default 0: no limit).")
-    parser.add_argument("--evaluator-grace-secs", type=positive_float,
-                        default=EVALUATOR_GRACE_SECS, metavar="S",
-                        help="Once training ended, how long the evaluator may take to evaluate "
-                             "the final checkpoint (on the validation and the test set) and "
-                             "export it before it is stopped (default %d). It starts on that "
-                             "checkpoint within seconds, whatever --eval-every-secs says, once "
-                             "an evaluation under way ended." % EVALUATOR_GRACE_SECS)
+    add_options(parser, option_fields(LauncherOptions))
     return parser
 
 
@@ -304,7 +313,7 @@ def validate_trainer_flags(trainer_args):
 
 def main(argv):
     launcher_argv, trainer_args = split_argv(argv)
-    args = build_parser().parse_args(launcher_argv)
+    args = parse(build_parser(), LauncherOptions, launcher_argv)
     validate_trainer_flags(trainer_args)
     # A plain `kill` of the launcher stops the tasks too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

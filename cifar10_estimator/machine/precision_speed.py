@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.machine import hardware
 from cifar10_estimator import json_file
 
@@ -129,12 +130,10 @@ def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None):
 def _measure_alternately(policies, make_probe):
     """The best examples/sec of each policy over PROBE_ROUNDS alternating rounds."""
     with contextlib.ExitStack() as stack:
-        rounds = {policy.name: stack.enter_context(make_probe(policy)) for policy in policies}
-        best = {}
-        for _ in range(PROBE_ROUNDS):
-            for name, run_round in rounds.items():
-                best[name] = max(best.get(name, 0.0), run_round())
-    return best
+        results = alternating_rounds.measure(
+            {policy.name: stack.enter_context(make_probe(policy)) for policy in policies},
+            PROBE_ROUNDS)
+    return {name: max(result.measurements) for name, result in results.items()}
 
 
 def slower_than_fp32_warning(precision_policy, speeds):

@@ -27,17 +27,18 @@ import dataclasses
 import logging
 import os
 import sys
+import typing
 import uuid
 
 import numpy as np
 
 from cifar10_estimator import cifar10
-from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, positive_int,
-                                   quiet_tensorflow_logs, run_command,
-                                   stderr_dropped_on_success)
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
+                                   option_fields, parse, positive_int, quiet_tensorflow_logs,
+                                   run_command, stderr_dropped_on_success)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving import options as shared
 from cifar10_estimator.serving import runtimes
-from cifar10_estimator.serving.options import shared
 
 CALIBRATION_SUBSET = "validation"
 # Calibration records each activation's min and max over these images: a few hundred
@@ -54,26 +55,20 @@ _CHECK_SEED = 0
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """What --to writes: its file suffix, what it holds, how it runs."""
+    """What --to writes: its file suffix, what it holds, how it is made and how it runs."""
 
     name: str
     suffix: str
     description: str
+    # function(SavedModel directory, calibration images) -> the file's bytes; the images
+    # are those of --calibration-images for a calibrated target, else none.
+    to_bytes: typing.Callable
     runner: type
     # None: quantized, its outputs are not expected to equal the SavedModel's.
     tolerance: float = None
     calibrated: bool = False
-
-
-TARGETS = {target.name: target for target in (
-    Target("tflite", runtimes.TFLITE_SUFFIX, "TensorFlow Lite, float32",
-           runtimes.TFLiteRunner, tolerance=FLOAT_TOLERANCE),
-    Target("tflite-int8", runtimes.TFLITE_SUFFIX,
-           "TensorFlow Lite, int8 weights and activations", runtimes.TFLiteRunner,
-           calibrated=True),
-    Target("onnx", runtimes.ONNX_SUFFIX, "ONNX, float32", runtimes.OnnxRunner,
-           tolerance=FLOAT_TOLERANCE),
-)}
+    # Raises Cifar10EstimatorError, before any work, when what it needs is not installed.
+    check_installed: typing.Callable = lambda: None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,63 +92,6 @@ class Conversion:
     num_bytes: int
     num_calibration_images: int
     check: Check
-
-
-def build_parser():
-    parser = ArgumentParser(
-        description="Convert the serving_default signature of a SavedModel exported by "
-                    "training to a TensorFlow Lite (float or int8) or ONNX file, and check "
-                    "it in its runtime against the SavedModel.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_options(parser, shared("export_dir"), required=True)
-    parser.add_argument("--to", required=True, choices=list(TARGETS),
-                        help="tflite: float32; tflite-int8: int8 weights and activations, "
-                             "calibrated on validation images (needs --data-dir); onnx: "
-                             "float32 (needs pip install -e '.[onnx]').")
-    parser.add_argument("--output", required=True, metavar="FILE",
-                        help="The file to write, ending in .tflite or .onnx as --to.")
-    # The first images of its validation subset calibrate tflite-int8 and check every
-    # file (without it, float files are checked on random images).
-    add_options(parser, shared("data_dir"))
-    parser.add_argument("--calibration-images", type=positive_int,
-                        default=DEFAULT_CALIBRATION_IMAGES, metavar="N",
-                        help="Validation images that calibrate tflite-int8 (all of them "
-                             "if the subset holds fewer).")
-    return parser
-
-
-def check_args(target, output, data_dir):
-    """Raises UsageError for an --output of another kind, or int8 without --data-dir."""
-    if not output.lower().endswith(target.suffix):
-        raise UsageError("--output of --to %s must end in %s, got %s"
-                         % (target.name, target.suffix, output))
-    if target.calibrated and data_dir is None:
-        raise UsageError("--to %s calibrates on the %s images of --data-dir: pass --data-dir "
-                         "DIR (TFRecords written by generate_tfrecords)"
-                         % (target.name, CALIBRATION_SUBSET))
-
-
-def validation_images(data_dir, count):
-    """The first `count` images of the validation subset (all if it holds fewer).
-
-    Raises:
-      Cifar10EstimatorError: data_dir has no validation TFRecords, they are damaged (see
-        tfrecord_format.check_tfrecords), or they hold no image.
-    """
-    from cifar10_estimator.data import tfrecord_format
-    dataset = cifar10.Cifar10DataSet(data_dir, CALIBRATION_SUBSET, use_distortion=False)
-    tfrecord_format.check_tfrecords(data_dir, CALIBRATION_SUBSET)
-    images, _ = dataset.read_all_examples()
-    if not len(images):
-        raise Cifar10EstimatorError("the %s subset of %s holds no images to calibrate or "
-                                    "check on" % (CALIBRATION_SUBSET, data_dir))
-    return images[:count]
-
-
-def random_images(count, seed=_CHECK_SEED):
-    """uint8 [count, 32, 32, 3] of uniformly random pixels."""
-    return np.random.RandomState(seed).randint(
-        0, 256, [count, cifar10.HEIGHT, cifar10.WIDTH, cifar10.DEPTH]).astype(np.uint8)
 
 
 def _tflite_converter(export_dir):
@@ -200,6 +138,13 @@ def _import_tf2onnx():
     return tf2onnx
 
 
+def _check_onnx_installed():
+    """Raises Cifar10EstimatorError unless tf2onnx and ONNX Runtime are installed: --to onnx
+    needs both, and neither comes with TensorFlow."""
+    _import_tf2onnx()
+    runtimes.import_onnxruntime()
+
+
 def onnx_model(export_dir):
     """The serving_default signature of the SavedModel in export_dir as .onnx bytes."""
     _import_tf2onnx()
@@ -213,6 +158,85 @@ def onnx_model(export_dir):
         graph_def, name=export_dir, input_names=inputs, output_names=outputs,
         tensors_to_rename=tensors_to_rename)
     return model_proto.SerializeToString()
+
+
+TARGETS = {target.name: target for target in (
+    Target("tflite", runtimes.TFLITE_SUFFIX, "TensorFlow Lite, float32",
+           lambda export_dir, _: tflite_float(export_dir), runtimes.TFLiteRunner,
+           tolerance=FLOAT_TOLERANCE),
+    Target("tflite-int8", runtimes.TFLITE_SUFFIX,
+           "TensorFlow Lite, int8 weights and activations", tflite_int8,
+           runtimes.TFLiteRunner, calibrated=True),
+    Target("onnx", runtimes.ONNX_SUFFIX, "ONNX, float32",
+           lambda export_dir, _: onnx_model(export_dir), runtimes.OnnxRunner,
+           tolerance=FLOAT_TOLERANCE, check_installed=_check_onnx_installed),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+    """The command line: the export, the target and its file, the data that checks it."""
+
+    export_dir: str = shared.export_dir(required=True)
+    to: str = option(
+        None, "tflite: float32; tflite-int8: int8 weights and activations, calibrated on "
+              "validation images (needs --data-dir); onnx: float32 (needs pip install -e "
+              "'.[onnx]').",
+        required=True, choices=list(TARGETS))
+    output: str = option(
+        None, "The file to write, ending in .tflite or .onnx as --to.",
+        required=True, metavar="FILE")
+    # The first images of its validation subset calibrate tflite-int8 and check every
+    # file (without it, float files are checked on random images).
+    data_dir: typing.Optional[str] = shared.data_dir()
+    calibration_images: int = option(
+        DEFAULT_CALIBRATION_IMAGES, "Validation images that calibrate tflite-int8 (all of "
+                                    "them if the subset holds fewer).",
+        type=positive_int, metavar="N")
+
+
+def build_parser():
+    parser = ArgumentParser(
+        description="Convert the serving_default signature of a SavedModel exported by "
+                    "training to a TensorFlow Lite (float or int8) or ONNX file, and check "
+                    "it in its runtime against the SavedModel.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_options(parser, option_fields(ConvertOptions))
+    return parser
+
+
+def check_args(target, output, data_dir):
+    """Raises UsageError for an --output of another kind, or int8 without --data-dir."""
+    if not output.lower().endswith(target.suffix):
+        raise UsageError("--output of --to %s must end in %s, got %s"
+                         % (target.name, target.suffix, output))
+    if target.calibrated and data_dir is None:
+        raise UsageError("--to %s calibrates on the %s images of --data-dir: pass --data-dir "
+                         "DIR (TFRecords written by generate_tfrecords)"
+                         % (target.name, CALIBRATION_SUBSET))
+
+
+def validation_images(data_dir, count):
+    """The first `count` images of the validation subset (all if it holds fewer).
+
+    Raises:
+      Cifar10EstimatorError: data_dir has no validation TFRecords, they are damaged (see
+        tfrecord_format.check_tfrecords), or they hold no image.
+    """
+    from cifar10_estimator.data import tfrecord_format
+    dataset = cifar10.Cifar10DataSet(data_dir, CALIBRATION_SUBSET, use_distortion=False)
+    tfrecord_format.check_tfrecords(data_dir, CALIBRATION_SUBSET)
+    images, _ = dataset.read_all_examples()
+    if not len(images):
+        raise Cifar10EstimatorError("the %s subset of %s holds no images to calibrate or "
+                                    "check on" % (CALIBRATION_SUBSET, data_dir))
+    return images[:count]
+
+
+def random_images(count, seed=_CHECK_SEED):
+    """uint8 [count, 32, 32, 3] of uniformly random pixels."""
+    return np.random.RandomState(seed).randint(
+        0, 256, [count, cifar10.HEIGHT, cifar10.WIDTH, cifar10.DEPTH]).astype(np.uint8)
 
 
 def check_model(model, saved_model, images, images_description, tolerance):
@@ -287,31 +311,21 @@ def convert(export_dir, to, output, data_dir=None,
     """
     target = TARGETS[to]
     check_args(target, output, data_dir)
-    if target.runner is runtimes.OnnxRunner:
-        # Before any work: both are needed, and neither comes with TensorFlow.
-        _import_tf2onnx()
-        runtimes.import_onnxruntime()
+    target.check_installed()
     saved_model = runtimes.SavedModelRunner(export_dir)
     if data_dir is None:
         images, description = random_images(CHECK_BATCH_SIZE), "random images"
     else:
         images = validation_images(data_dir, max(num_calibration_images, CHECK_BATCH_SIZE))
         description = "%d %s images" % (min(len(images), CHECK_BATCH_SIZE), CALIBRATION_SUBSET)
-    num_calibrated = 0
+    calibration_images = images[:num_calibration_images] if target.calibrated else images[:0]
     # The converters print pages of summaries from C++; only a failure's are of use.
     with stderr_dropped_on_success():
-        if target.name == "tflite":
-            content = tflite_float(saved_model.path)
-        elif target.name == "tflite-int8":
-            calibration_images = images[:num_calibration_images]
-            content = tflite_int8(saved_model.path, calibration_images)
-            num_calibrated = len(calibration_images)
-        else:
-            content = onnx_model(saved_model.path)
+        content = target.to_bytes(saved_model.path, calibration_images)
     check = write_checked(content, output, target, saved_model, images[:CHECK_BATCH_SIZE],
                           description)
     return Conversion(path=output, target=target, export_dir=saved_model.path,
-                      num_bytes=len(content), num_calibration_images=num_calibrated,
+                      num_bytes=len(content), num_calibration_images=len(calibration_images),
                       check=check)
 
 
@@ -332,7 +346,7 @@ def format_conversion(conversion):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), ConvertOptions, argv)
     check_args(TARGETS[args.to], args.output, args.data_dir)  # before TensorFlow loads
     quiet_tensorflow_logs("2", "ERROR")
     conversion = convert(args.export_dir, args.to, args.output, args.data_dir,

@@ -16,17 +16,41 @@ of an export's serving_default signature run by TensorFlow (runtimes.py).
 """
 
 import argparse
+import dataclasses
 import sys
+import typing
 
 import numpy as np
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
-from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, positive_int,
-                                   quiet_tensorflow_logs, run_command)
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
+                                   option_fields, parse, positive_int, quiet_tensorflow_logs,
+                                   run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-from cifar10_estimator.serving.options import shared
+from cifar10_estimator.serving import options as shared
+
+# The options naming what is evaluated; one of them is required.
+EVALUATED = "evaluated"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateOptions:
+    """The command line: a checkpoint (--job-dir) or a model file, and the data."""
+
+    job_dir: typing.Optional[str] = shared.job_dir(exclusive=EVALUATED)
+    model: typing.Optional[str] = shared.model(exclusive=EVALUATED)
+    data_dir: str = shared.data_dir(required=True)
+    subset: str = option("eval", "Which examples to evaluate.", choices=["eval", "validation"])
+    checkpoint: typing.Optional[str] = option(
+        None, "Checkpoint prefix such as JOB/model.ckpt-80000, or a directory (its latest "
+              "checkpoint); default the latest in --job-dir. Only with --job-dir.",
+        metavar="PATH")
+    json: typing.Optional[str] = option(
+        None, "Also write the results as JSON here.", metavar="PATH")
+    batch_size: int = option(
+        100, "Examples per batch; need not divide the subset.", type=positive_int)
 
 
 def build_parser():
@@ -35,18 +59,7 @@ def build_parser():
                     "example of a subset once: overall and per-class accuracy and the "
                     "confusion matrix.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_options(parser.add_mutually_exclusive_group(required=True),
-                shared("job_dir", "model"))
-    add_options(parser, shared("data_dir"), required=True)
-    parser.add_argument("--subset", choices=["eval", "validation"], default="eval",
-                        help="Which examples to evaluate.")
-    parser.add_argument("--checkpoint", metavar="PATH",
-                        help="Checkpoint prefix such as JOB/model.ckpt-80000, or a directory "
-                             "(its latest checkpoint); default the latest in --job-dir. "
-                             "Only with --job-dir.")
-    parser.add_argument("--json", metavar="PATH", help="Also write the results as JSON here.")
-    parser.add_argument("--batch-size", type=positive_int, default=100,
-                        help="Examples per batch; need not divide the subset.")
+    add_options(parser, option_fields(EvaluateOptions), required_exclusive=[EVALUATED])
     return parser
 
 
@@ -256,7 +269,7 @@ def evaluate_model(args):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), EvaluateOptions, argv)
     if args.model and args.checkpoint:
         raise UsageError("--checkpoint is for --job-dir; a --model holds its own weights")
     quiet_tensorflow_logs("2", "ERROR")

@@ -13,15 +13,34 @@ answered, and the exit status is then 1.
 """
 
 import argparse
+import dataclasses
 import sys
+import typing
 
 import numpy as np
 
 from cifar10_estimator import cifar10
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invoked_program,
-                                   quiet_tensorflow_logs, run_command)
+                                   option, option_fields, parse, quiet_tensorflow_logs,
+                                   run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-from cifar10_estimator.serving.options import shared
+from cifar10_estimator.serving import options as shared
+
+# The options naming the classifier; one of them is required.
+CLASSIFIER = "classifier"
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictOptions:
+    """The command line: an export or a model file, and the images."""
+
+    export_dir: typing.Optional[str] = shared.export_dir(exclusive=CLASSIFIER)
+    model: typing.Optional[str] = shared.model(exclusive=CLASSIFIER)
+    top_k: int = option(
+        1, "Print the K most probable classes of each image, one line each, most probable "
+           "first.", type=int, metavar="K")
+    images: list = option(
+        None, "Image files to classify.", positional=True, nargs="+", metavar="IMAGE")
 
 
 def build_parser():
@@ -30,12 +49,7 @@ def build_parser():
                     "a .tflite or .onnx file converted from one. Prints "
                     "PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_options(parser.add_mutually_exclusive_group(required=True),
-                shared("export_dir", "model"))
-    parser.add_argument("--top-k", type=int, default=1, metavar="K",
-                        help="Print the K most probable classes of each image, one line "
-                             "each, most probable first.")
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="Image files to classify.")
+    add_options(parser, option_fields(PredictOptions), required_exclusive=[CLASSIFIER])
     return parser
 
 
@@ -109,7 +123,7 @@ def read_image_file(path):
 
 
 def main(argv):
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), PredictOptions, argv)
     if not 1 <= args.top_k <= cifar10.NUM_CLASSES:
         raise UsageError("--top-k must be between 1 and %d, got %d"
                          % (cifar10.NUM_CLASSES, args.top_k))
