@@ -258,7 +258,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
                                               settings.num_gpus, hparams)
     if run_config.is_chief:
         job_hparams.save(settings.job_dir, hparams)
-        hparams_summary.write(settings.job_dir, hparams)
+        hparams_summary.write(settings.job_dir, hparams, "eval_" + report.TEST_EVAL_NAME)
     log_schedule(hparams)
     log_resumption(settings.job_dir, task)
     layout = model_fn.TowerLayout.for_devices(
@@ -270,7 +270,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
         phases=run_progress.training_phases(hparams, cifar10_facts.HEIGHT),
         evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
                      if not task else None),
-        report=run_console.report_progress if run_console else None)
+        report=run_progress.console_report(run_console) if run_console else None)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress,
                                         first_conv_kernel(settings, task)),

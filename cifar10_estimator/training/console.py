@@ -135,12 +135,6 @@ class RunConsole:
             if self._verbose or not is_startup_notice(line):
                 self._console.write_line(line)
 
-    def report_progress(self, estimate):
-        """Show a training.progress.ProgressEstimate (a RunProgress's report)."""
-        from cifar10_estimator.training import progress
-        self.show_progress(progress.progress_line(estimate),
-                           estimate.global_step / estimate.last_step)
-
     def show_progress(self, line, fraction_done):
         """Show a progress line (training.progress.progress_line) at fraction_done of the
         steps: redrawn in place on a terminal, else at the cadence the module describes.

@@ -14,14 +14,9 @@ import os
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from cifar10_estimator import report
-
-# (the evaluation's directory under the job dir, its tag, the dashboard's column).
-METRICS = (
-    ("eval_validation", "accuracy", "validation accuracy"),
-    ("eval_validation", "loss", "validation loss"),
-    ("eval_" + report.TEST_EVAL_NAME, "accuracy", "test accuracy"),
-)
+# The evaluations' directory under the job dir during training (tf.estimator's name for
+# the EvalSpec named "validation").
+VALIDATION_DIR = "eval_validation"
 
 
 def dashboard_values(hparams):
@@ -31,11 +26,22 @@ def dashboard_values(hparams):
             if isinstance(value, (bool, int, float, str))}
 
 
-def write(job_dir, hparams):
+def dashboard_metrics(test_dir):
+    """(the evaluation's directory under the job dir, its tag, the dashboard's column) of
+    each metric; test_dir: the one test evaluation's directory (report's)."""
+    return ((VALIDATION_DIR, "accuracy", "validation accuracy"),
+            (VALIDATION_DIR, "loss", "validation loss"),
+            (test_dir, "accuracy", "test accuracy"))
+
+
+def write(job_dir, hparams, test_dir):
     """Write the job's HParams and the dashboard's metrics into job_dir's events.
 
     Call in eager mode (main's, outside the Estimator's graphs). A resumed job writes
     them again; the dashboard shows the newest.
+
+    Args:
+      test_dir: the directory of the one test evaluation under the job dir.
     """
     values = dashboard_values(hparams)
     writer = tf.summary.create_file_writer(job_dir, filename_suffix=".hparams")
@@ -43,6 +49,6 @@ def write(job_dir, hparams):
         hparams_api.hparams_config(
             hparams=[hparams_api.HParam(name) for name in sorted(values)],
             metrics=[hparams_api.Metric(tag, group=group, display_name=column)
-                     for group, tag, column in METRICS])
+                     for group, tag, column in dashboard_metrics(test_dir)])
         hparams_api.hparams(values, trial_id=os.path.basename(os.path.normpath(job_dir)))
     writer.close()

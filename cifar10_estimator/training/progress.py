@@ -18,6 +18,7 @@ import time
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_utils
+from cifar10_estimator.training import console
 from cifar10_estimator.training import schedule
 
 # The rate behind the time to go comes from about this much recent training: long enough
@@ -334,6 +335,14 @@ class _RateWindow:
         return None
 
 
+def console_report(run_console):
+    """A RunProgress report that shows each estimate on a training.console.RunConsole."""
+    def report(estimate):
+        run_console.show_progress(progress_line(estimate),
+                                  estimate.global_step / estimate.last_step)
+    return report
+
+
 def _log_progress_line(estimate):
     tf.compat.v1.logging.info(progress_line(estimate))
 
@@ -520,7 +529,6 @@ class EvaluationLineExporter(tf.estimator.Exporter):
 
     def export(self, estimator, export_path, checkpoint_path, eval_result,
                is_the_final_export):
-        from cifar10_estimator.training import console
         took = ""
         if self._progress is not None and self._progress.last_evaluation_secs is not None:
             took = ", %s" % duration_text(self._progress.last_evaluation_secs)[len("about "):]
