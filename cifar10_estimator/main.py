@@ -238,52 +238,22 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     """
     import tensorflow as tf
     from cifar10_estimator import model_fn
-    from cifar10_estimator.training import hparams_summary
-    from cifar10_estimator.training import progress as run_progress
-    from cifar10_estimator.training import run_faults
     from cifar10_estimator.training import stop_signals
 
     signals = signals or stop_signals.StopSignals(invoked_program())
     hparams = settings.hparams
-    if hparams.deterministic:
-        tf.config.experimental.enable_op_determinism()
     run_config = make_run_config(settings, task)
-    if run_config.tf_random_seed is not None:
-        # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
-        # Python's random module, not from the graph seed.
-        random.seed(run_config.tf_random_seed)
-    evaluation_cost = 1.0
-    if not task or task.is_trainer:
-        evaluation_cost = log_precision_speed(precision.policy(hparams.precision),
-                                              settings.num_gpus, hparams)
-    if run_config.is_chief:
-        job_hparams.save(settings.job_dir, hparams)
-        hparams_summary.write(settings.job_dir, hparams, "eval_" + report.TEST_EVAL_NAME)
-    log_schedule(hparams)
-    log_resumption(settings.job_dir, task)
+    evaluation_cost = start_job(settings, task, run_config)
     layout = model_fn.TowerLayout.for_devices(
         settings.num_gpus, settings.num_cpu_towers, settings.variable_strategy)
     last_step = schedule.last_step(hparams)
-    # One per process: it spans the training sessions and the evaluations between them.
-    progress = run_progress.RunProgress(
-        last_step, hparams.examples_per_global_step,
-        phases=run_progress.training_phases(hparams, cifar10_facts.HEIGHT),
-        evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
-                     if not task else None),
-        report=run_progress.console_report(run_console) if run_console else None)
+    progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress,
                                         first_conv_kernel(settings, task)),
         config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
-    train_spec = tf.estimator.TrainSpec(
-        make_train_input_fn(settings, task), max_steps=last_step,
-        # Before tf.estimator's own hooks and listeners: the divergence check ends
-        # training before its NanTensorHook, the stop before its evaluation.
-        hooks=[stop_signals.StopAtSignalHook(signals),
-               run_faults.DivergenceHook(hparams, settings.job_dir)],
-        saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
-                          run_progress.ProgressCheckpointListener(progress)])
+    train_spec = make_train_spec(settings, task, signals, progress)
     eval_spec = make_eval_spec(settings, signals, progress)
     # A signal during the start-up (the precision probe, the graph) stops the run here.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
@@ -306,6 +276,63 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
         report_on_test(estimator, settings, eval_spec, metrics)
     return metrics
+
+
+def start_job(settings, task, run_config):
+    """What a process does before its graphs: determinism and seeds, the precision's and
+    the schedule's lines, and on the chief the job's hyper-parameters saved.
+
+    Returns:
+      The cost of an evaluated image against training's precision (log_precision_speed).
+    """
+    import tensorflow as tf
+    from cifar10_estimator.training import hparams_summary
+    hparams = settings.hparams
+    if hparams.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    if run_config.tf_random_seed is not None:
+        # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
+        # Python's random module, not from the graph seed.
+        random.seed(run_config.tf_random_seed)
+    evaluation_cost = 1.0
+    if not task or task.is_trainer:
+        evaluation_cost = log_precision_speed(precision.policy(hparams.precision),
+                                              settings.num_gpus, hparams)
+    if run_config.is_chief:
+        job_hparams.save(settings.job_dir, hparams)
+        hparams_summary.write(settings.job_dir, hparams, "eval_" + report.TEST_EVAL_NAME)
+    log_schedule(hparams)
+    log_resumption(settings.job_dir, task)
+    return evaluation_cost
+
+
+def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None):
+    """The process's training.progress.RunProgress: one spans the training sessions and
+    the evaluations between them. Only a run on one machine evaluates in the process."""
+    from cifar10_estimator.training import progress as run_progress
+    hparams = settings.hparams
+    return run_progress.RunProgress(
+        schedule.last_step(hparams), hparams.examples_per_global_step,
+        phases=run_progress.training_phases(hparams, cifar10_facts.HEIGHT),
+        evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
+                     if not task else None),
+        report=run_progress.console_report(run_console) if run_console else None)
+
+
+def make_train_spec(settings, task, signals, progress):
+    """The TrainSpec: the training input, the last step, the stop and divergence hooks."""
+    import tensorflow as tf
+    from cifar10_estimator.training import progress as run_progress
+    from cifar10_estimator.training import run_faults
+    from cifar10_estimator.training import stop_signals
+    return tf.estimator.TrainSpec(
+        make_train_input_fn(settings, task), max_steps=schedule.last_step(settings.hparams),
+        # Before tf.estimator's own hooks and listeners: the divergence check ends
+        # training before its NanTensorHook, the stop before its evaluation.
+        hooks=[stop_signals.StopAtSignalHook(signals),
+               run_faults.DivergenceHook(settings.hparams, settings.job_dir)],
+        saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
+                          run_progress.ProgressCheckpointListener(progress)])
 
 
 def evaluation_plan(settings, run_config, relative_cost):
