@@ -18,12 +18,12 @@ import dataclasses
 import sys
 import typing
 
-from cifar10_estimator import cifar10
 from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
 from cifar10_estimator.cli import (ArgumentParser, non_negative_int, option, parse_bool,
                                    positive_int)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.training import precision
@@ -206,10 +206,11 @@ def validate(settings, task=None):
     if hparams.label_smoothing >= 1:
         raise UsageError("--label-smoothing %g leaves the label no more weight than the other "
                          "classes; use a value below 1, e.g. 0.1" % hparams.label_smoothing)
-    if hparams.train_max_shift > cifar10.MAX_SHIFT:
+    if hparams.train_max_shift > cifar10_facts.MAX_SHIFT:
         raise UsageError("--train-max-shift %d is more than the %d pixels the training "
                          "images are padded by; use 0..%d" % (
-                             hparams.train_max_shift, cifar10.MAX_SHIFT, cifar10.MAX_SHIFT))
+                             hparams.train_max_shift, cifar10_facts.MAX_SHIFT,
+                             cifar10_facts.MAX_SHIFT))
     _check_low_resolution_side(hparams.low_resolution)
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
@@ -248,9 +249,9 @@ def validate(settings, task=None):
 
 
 def _check_low_resolution_side(side):
-    if not job_hparams.MIN_LOW_RESOLUTION <= side < cifar10.HEIGHT:
+    if not job_hparams.MIN_LOW_RESOLUTION <= side < cifar10_facts.HEIGHT:
         raise UsageError("--low-resolution %d: use %d..%d pixels (the images are %d)" % (
-            side, job_hparams.MIN_LOW_RESOLUTION, cifar10.HEIGHT - 1, cifar10.HEIGHT))
+            side, job_hparams.MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1, cifar10_facts.HEIGHT))
 
 
 def _check_low_resolution_ends_before_the_run(hparams):
@@ -261,7 +262,7 @@ def _check_low_resolution_ends_before_the_run(hparams):
                          "epochs): the last epochs must train at %d pixels, the size it is "
                          "evaluated at; use fewer" % (
                              hparams.low_resolution_epochs, end,
-                             end / schedule.steps_per_epoch(hparams), cifar10.HEIGHT))
+                             end / schedule.steps_per_epoch(hparams), cifar10_facts.HEIGHT))
 
 
 def _check_deterministic(hparams):
@@ -298,7 +299,7 @@ def _check_data_dir(data_dir):
         raise UsageError("--data-dir is required (or pass --use-synthetic-data); write the "
                          "TFRecords with: " + tfrecord_format.generate_command("DIR"))
     try:
-        cifar10.check_tfrecords_exist(data_dir, ["train", "eval"])
+        tfrecord_format.check_tfrecords_exist(data_dir, ["train", "eval"])
     except Cifar10EstimatorError as error:
         raise UsageError(str(error))
 

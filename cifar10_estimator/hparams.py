@@ -13,10 +13,10 @@ import json
 import os
 import typing
 
-from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
 from cifar10_estimator.cli import (between_zero_and_one, is_option, non_negative_float,
                                    non_negative_int, option, positive_float, positive_int)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import recipes
@@ -148,10 +148,10 @@ class HParams:
              "The evaluation loss stays plain cross entropy.",
         group="optimisation", type=non_negative_float, metavar="F")
     train_max_shift: int = option(
-        cifar10.MAX_SHIFT, "Training crops move each image by up to P pixels along each axis "
-                           "(uniform over -P..P; 0..%d). %d is the original's pad-4 crop; "
-                           "fewer suit short runs (Jordan 2024 uses 2)." % (
-                               cifar10.MAX_SHIFT, cifar10.MAX_SHIFT),
+        cifar10_facts.MAX_SHIFT,
+        "Training crops move each image by up to P pixels along each axis (uniform over "
+        "-P..P; 0..%d). %d is the original's pad-4 crop; fewer suit short runs (Jordan 2024 "
+        "uses 2)." % (cifar10_facts.MAX_SHIFT, cifar10_facts.MAX_SHIFT),
         group="optimisation", type=non_negative_int, metavar="P")
     alternating_flips: bool = option(
         False, "Mirror each training image in every other epoch, starting with probability "
@@ -166,7 +166,7 @@ class HParams:
         group="optimisation", type=non_negative_float, metavar="E")
     low_resolution: int = option(
         24, "Side in pixels of the training images of --low-resolution-epochs "
-            "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10.HEIGHT - 1),
+            "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1),
         group="optimisation", type=int, metavar="S")
     shift_learning_rate_factor: float = option(
         1.0, "Batch norm's shift (beta) variables learn at F times the learning rate (F x "
@@ -218,7 +218,7 @@ class HParams:
 
     # Derived, no flag: flags.resolve fills them in from the data, the devices and the
     # cluster.
-    num_train_examples: int = cifar10.OFFICIAL_NUM_EXAMPLES["train"]
+    num_train_examples: int = cifar10_facts.OFFICIAL_NUM_EXAMPLES["train"]
     num_workers: int = 1
     data_format: str = "channels_last"
 
