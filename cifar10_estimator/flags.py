@@ -9,8 +9,9 @@ and the manual's flag table (`python -m cifar10_estimator.flags --markdown`) all
 those declarations. Flags keep the original tutorial's names and defaults.
 
 The trainer (main) and the local cluster launcher both parse and check with this
-module, which imports no TensorFlow: the checks that need it (the GPUs, oneDNN, the
-depth) load it themselves, so a malformed flag fails at once.
+module, which imports no TensorFlow: only the probes of the machine (its GPUs, oneDNN)
+and --precision auto's measurement load it, so a malformed flag or a missing data
+directory fails at once.
 """
 
 import argparse
@@ -193,12 +194,11 @@ def validate(settings, task=None):
     Raises:
       UsageError: naming the flag at fault and the fix.
     """
-    from cifar10_estimator import cifar10_model
     from cifar10_estimator.machine import hardware
     hparams = settings.hparams
     builds_towers = task is None or task.builds_towers
     try:
-        cifar10_model.num_units_per_stage(hparams.num_layers)
+        job_hparams.num_units_per_stage(hparams.num_layers)
     except ValueError as error:
         raise UsageError("--num-layers: %s" % error)
     if settings.num_gpus > 0 and builds_towers:

@@ -10,6 +10,7 @@ so that a checkpoint can be rebuilt later (the evaluate command reads it).
 
 import dataclasses
 import json
+import numbers
 import os
 import typing
 
@@ -29,6 +30,19 @@ HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
 WEIGHT_DECAY_SCOPES = ("all", "kernels")
 # Smallest --low-resolution: the last stage, at a quarter of the side, still sees 2x2.
 MIN_LOW_RESOLUTION = 8
+
+
+def num_units_per_stage(num_layers):
+    """n of a ResNet-(6n+2): residual units in each of the three stages (--num-layers'
+    check, and what cifar10_model builds).
+
+    Raises:
+      ValueError: num_layers is not 6n + 2 with n >= 1.
+    """
+    if not isinstance(num_layers, numbers.Integral) or num_layers < 8 or (num_layers - 2) % 6 != 0:
+        raise ValueError("num_layers must be 6n+2 for a whole n >= 1 (8, 14, 20, 32, 44, 56, "
+                         "110, ...), got %r" % (num_layers,))
+    return (num_layers - 2) // 6
 
 
 def _recipes_help():
