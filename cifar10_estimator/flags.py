@@ -178,7 +178,7 @@ def _recipe_values(recipe, given):
 def quiet_tensorflow_logs():
     """The trainer's log is TensorFlow's Python INFO lines; keep C++ warnings and errors.
 
-    Call it before validate, which loads TensorFlow.
+    Call it before validate, which loads TensorFlow where a check needs it.
     """
     cli.quiet_tensorflow_logs("1", "INFO")
 
