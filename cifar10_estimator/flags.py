@@ -345,11 +345,10 @@ def _resolved_precision(settings, task):
         return settings.hparams.precision
     if task and not task.is_trainer:
         return "fp32"
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if settings.hparams.deterministic:
-        import tensorflow as tf
         tf.compat.v1.logging.info("--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
-    import tensorflow as tf
     from cifar10_estimator.machine import hardware, precision_speed
     name, line = precision_speed.fastest_precision(
         settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())

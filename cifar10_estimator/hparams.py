@@ -255,7 +255,7 @@ DERIVED_FIELDS = tuple(field.name for field in dataclasses.fields(HParams)
 
 def save(job_dir, hparams):
     """Write `hparams` to job-dir/hparams.json, replacing any older file."""
-    import tensorflow as tf  # here: the trainer parses its flags before TensorFlow loads
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     tf.io.gfile.makedirs(job_dir)
     json_file.write_atomically(
         os.path.join(job_dir, HPARAMS_FILENAME),
@@ -268,7 +268,7 @@ def load(job_dir):
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if not tf.io.gfile.isdir(job_dir):
         raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
     path = os.path.join(job_dir, HPARAMS_FILENAME)

@@ -67,7 +67,7 @@ def stop_signals_of(task=None):
 @contextlib.contextmanager
 def disk_faults_named(job_dir):
     """Turn an error of a full or read-only disk under job_dir into its one line."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import run_faults
     try:
         yield
@@ -96,7 +96,7 @@ def make_run_config(settings, task=None):
       settings: the run's flags.Settings.
       task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from tensorflow.core.protobuf import rewriter_config_pb2
     session_config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
@@ -147,7 +147,7 @@ def first_conv_kernel(settings, task=None):
     It is only computed for a trainer that starts a job: a checkpoint already holds the
     kernel, and the initializer is not run then.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if (not settings.hparams.patch_pca_init or (task and not task.is_trainer)
             or tf.train.latest_checkpoint(settings.job_dir)):
         return None
@@ -215,7 +215,7 @@ def train_and_evaluate(settings, task=None, signals=None):
       errors.RunStopped: a stop signal came; what was reached is saved.
       run_faults.TrainingDiverged: the training loss became NaN or infinite.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import run_faults
@@ -279,7 +279,7 @@ def train_and_evaluate(settings, task=None, signals=None):
 
 def _stopped_outside_training_text(job_dir, task):
     """How a run stopped outside a training session ends: what is saved, what a rerun does."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if task and task.task_type == cluster.WORKER:
         return ("at global step %s: a worker saves nothing (the chief writes the "
                 "checkpoints); restarted, it rejoins the cluster" % _latest_step(job_dir))
@@ -290,7 +290,7 @@ def _stopped_outside_training_text(job_dir, task):
 
 
 def _latest_step(job_dir):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     checkpoint = tf.train.latest_checkpoint(job_dir)
     if checkpoint is None:
         return "0"
@@ -302,7 +302,7 @@ def log_precision_speed(precision_policy, num_gpus):
     a warning where it is slower (measured once per machine, see precision_speed)."""
     if not precision_policy.is_mixed or num_gpus:
         return
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.machine import precision_speed
     speeds = precision_speed.measured_speeds(precision_policy)
     warning = precision_speed.slower_than_fp32_warning(precision_policy, speeds)
@@ -317,7 +317,7 @@ def log_precision_speed(precision_policy, num_gpus):
 
 def log_schedule(hparams):
     """Log the run's length and learning rate once; warn if the rate never drops."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     tf.compat.v1.logging.info("Recipe %s. %s", hparams.recipe, schedule.describe(hparams))
     warning = schedule.never_drops_warning(hparams)
     if warning:
@@ -332,7 +332,7 @@ def make_eval_spec(settings, signals):
     (--eval-subset eval, or data without a validation set) they go to job-dir/eval/ as
     in the original, and no best export is kept: never select a model on test data.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.serving import export
     from cifar10_estimator.training import stop_signals
     subset = flags.periodic_eval_subset(settings)
@@ -360,7 +360,7 @@ def report_on_test(estimator, settings, eval_spec, final_metrics):
       final_metrics: the final evaluation of eval_spec, which already is the test
         evaluation when eval_spec evaluates the test set.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import weight_averaging
     checkpoint = estimator.latest_checkpoint()
     steps = flags.eval_steps(settings, "eval")
@@ -387,7 +387,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
     Returns:
       The metrics (dict), or None where there is no checkpoint.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import checkpoint_evaluation
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:

@@ -28,6 +28,8 @@ import platform
 import resource
 import time
 
+import tensorflow as tf
+
 from cifar10_estimator.machine import hardware
 
 CPUFREQ_MAX_PATH = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"
@@ -103,8 +105,6 @@ def cpu_identity(machine):
 
 def describe_machine():
     """Dict describing this machine, with its derived FP32 and bf16 peaks (None if unknown)."""
-    import tensorflow as tf
-
     processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
     flags = set(first.get("flags", "").split())

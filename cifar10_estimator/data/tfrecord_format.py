@@ -312,7 +312,7 @@ def check_tfrecords(data_dir, subset):
 def _read_records(path):
     """(number of records, None) of a sound TFRecord file of CIFAR-10 examples, else
     (records before the first fault, what the fault is)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the commands' flag errors fast
     num_records = offset = 0
     try:
         for record in tf.compat.v1.io.tf_record_iterator(path):
@@ -344,7 +344,7 @@ def _is_cifar10_record(record):
         # The layout this module writes (see serialize_examples): the label byte is all
         # that varies, besides the image. Parsing every record would double the check.
         return record[-1] < cifar10_facts.NUM_CLASSES
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the commands' flag errors fast
     from google.protobuf.message import DecodeError
     try:
         features = tf.train.Example.FromString(record).features.feature

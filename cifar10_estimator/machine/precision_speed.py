@@ -16,6 +16,9 @@ import json
 import os
 import time
 
+import numpy as np
+import tensorflow as tf
+
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.machine import hardware
 from cifar10_estimator import json_file
@@ -40,7 +43,6 @@ def cache_path():
 
 def machine_key():
     """What the speeds depend on: CPU, its bf16 instructions, TensorFlow and oneDNN."""
-    import tensorflow as tf
     processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
     flags = sorted(set(first.get("flags", "").split()) & {
@@ -157,8 +159,6 @@ class TrainingProbe:
         self._session = None
 
     def __enter__(self):
-        import numpy as np
-        import tensorflow as tf
         from cifar10_estimator import hparams as job_hparams
         from cifar10_estimator import model_fn
 

@@ -95,7 +95,7 @@ class Conversion:
 
 
 def _tflite_converter(export_dir):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
     from cifar10_estimator.serving import export
     return tf.lite.TFLiteConverter.from_saved_model(
         export_dir, signature_keys=[export.SERVING_SIGNATURE])
@@ -114,7 +114,7 @@ def tflite_int8(export_dir, calibration_images):
       calibration_images: uint8 [N, 32, 32, 3]; each activation is quantized over the
         range it takes on them.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
     converter = _tflite_converter(export_dir)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = lambda: (

@@ -74,7 +74,7 @@ def resolve_checkpoint(job_dir, checkpoint=None):
     Raises:
       Cifar10EstimatorError: there is no such checkpoint.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     if checkpoint is None:
         latest = tf.train.latest_checkpoint(job_dir)
         if latest is None:
@@ -112,7 +112,7 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size, evaluation
       Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords),
         or a checkpoint that does not fit the model.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     from cifar10_estimator import cifar10, model_fn
     from cifar10_estimator.data import tfrecord_format
 
@@ -236,7 +236,7 @@ def format_report(results, what_lines):
 
 
 def _global_step(checkpoint):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     reader = tf.train.load_checkpoint(checkpoint)
     if not reader.has_tensor("global_step"):
         return None

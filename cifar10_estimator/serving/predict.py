@@ -73,7 +73,7 @@ def load_image_bytes_signature(export_dir):
 
 def image_bytes_classifier(export_dir):
     """classify(encoded image) -> probabilities [10], by the export's image_bytes signature."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps predict's --help and flag errors fast
     _, signature = load_image_bytes_signature(export_dir)
     return lambda encoded: signature(image_bytes=tf.constant([encoded]))[
         "probabilities"].numpy()[0]
@@ -104,7 +104,7 @@ def read_image_file(path):
     Raises:
       Cifar10EstimatorError: the file cannot be read or is not an image TensorFlow decodes.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps predict's --help and flag errors fast
     if not tf.io.gfile.exists(path):
         raise Cifar10EstimatorError("%s: no such file" % path)
     try:
