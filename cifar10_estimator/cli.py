@@ -1,4 +1,5 @@
-"""Shared command-line plumbing: turn user errors into one line on stderr and an exit status."""
+"""Shared command-line plumbing: options declared as dataclass fields and parsed into them,
+user errors turned into one line on stderr and an exit status, TensorFlow's chatter muted."""
 
 import argparse
 import contextlib

@@ -2,7 +2,8 @@
 
 Each field of HParams that is an option (cli.option) is a trainer flag: its default,
 type or check, help and --help group are written here, once, and the trainer's parser
-(flags.build_parser), hparams.json, the recipes and the manual's flag table read them.
+(flags.build_parser), hparams.json, the recipes and the manual's flag table read them;
+the depth's rule (num_units_per_stage) is here too, for flags.validate and the model.
 The other fields are derived: the trainer fills them in from the data, the devices and
 the cluster (flags.resolve). Training writes the values it used to job-dir/hparams.json
 so that a checkpoint can be rebuilt later (the evaluate command reads it).
