@@ -25,16 +25,18 @@ cut short is read to where it ends. The commands run tfrecord_format.check_tfrec
 each file once before they read it, which tells either in one line.
 """
 
-from cifar10_estimator.data import tfrecord_format
-# CIFAR-10's facts, which every module after the TFRecords takes from here.
-from cifar10_estimator.data.cifar10_facts import (  # noqa: F401
-    CLASS_NAMES, DEPTH, HEIGHT, NUM_CLASSES, OFFICIAL_NUM_EXAMPLES, SUBSETS, WIDTH, check_subset)
-from cifar10_estimator.errors import Cifar10EstimatorError
+import numpy as np
+import tensorflow as tf
 
-# Training crops come from the image zero-padded by 4 pixels on each side.
-MAX_SHIFT = 4
-PADDED_HEIGHT = HEIGHT + 2 * MAX_SHIFT
-PADDED_WIDTH = WIDTH + 2 * MAX_SHIFT
+from cifar10_estimator.data import tfrecord_format
+# CIFAR-10's facts and the crops' padding, which every module after the TFRecords takes
+# from here.
+from cifar10_estimator.data.cifar10_facts import (  # noqa: F401
+    CLASS_NAMES, DEPTH, HEIGHT, MAX_SHIFT, NUM_CLASSES, OFFICIAL_NUM_EXAMPLES, PADDED_HEIGHT,
+    PADDED_WIDTH, SUBSETS, WIDTH, check_subset)
+# Here too under its tutorial name; the flag checks, which load no TensorFlow, take it
+# from tfrecord_format.
+from cifar10_estimator.data.tfrecord_format import check_tfrecords_exist
 
 # Larger than any CIFAR file, so that batching the records yields the whole file at once.
 _MAX_RECORDS_PER_FILE = 1 << 31
@@ -44,9 +46,6 @@ _READ_BUFFER_BYTES = 8 << 20
 # _fixed_size_options.
 _PARALLEL_BATCHES = 2
 _PREFETCH_BATCHES = 2
-
-# TensorFlow is imported where it is used: the facts above are needed by command lines
-# that check their flags before TensorFlow loads.
 
 
 class _NumExamplesPerEpoch:
@@ -113,7 +112,6 @@ class Cifar10DataSet:
           images: float32 [batch_size, 32, 32, 3], values 0..255.
           labels: int32 [batch_size].
         """
-        import tensorflow as tf
         dataset = self.make_dataset(batch_size)
         return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
 
@@ -129,7 +127,6 @@ class Cifar10DataSet:
           images: uint8 [N, 32, 32, 3], pixel values 0..255 in HWC order.
           labels: int64 [N].
         """
-        import numpy as np
         for images, labels in _read_whole_file(self.filename, max_examples):
             return images.numpy(), labels.numpy().astype(np.int64)
         # An empty file batches into no element at all.
@@ -148,7 +145,6 @@ class Cifar10DataSet:
             have served after `first_batch` others, so a resumed run continues the
             stream where its stopped run left it.
         """
-        import tensorflow as tf
         # One element: every example of the file, the seeds and where to start. Stateless
         # ops keyed by the seeds keep the streams independent and unaffected by parallel
         # execution order, and make every batch a function of the seeds and its number.
@@ -166,7 +162,6 @@ class Cifar10DataSet:
         return dataset.with_options(_fixed_size_options())
 
     def _batches(self, examples, seeds, batch_size, first_batch):
-        import tensorflow as tf
         images, labels = examples
         order_seed, crop_seed = seeds[0], seeds[1]
         num_examples = tf.shape(labels, out_type=tf.int64)[0]
@@ -205,7 +200,6 @@ class Cifar10DataSet:
         M is num_examples, except in the first element, which leaves out the examples of
         its epoch served before first_position.
         """
-        import tensorflow as tf
         first_epoch = first_position // num_examples
         served_in_first_epoch = first_position % num_examples
 
@@ -222,13 +216,11 @@ class Cifar10DataSet:
 
 def gather_images(images, indices):
     """The images at `indices` of images [N, 32, 32, C], as float32."""
-    import tensorflow as tf
     return tf.cast(tf.gather(images, indices), tf.float32)
 
 
 def pad_images(images):
     """Zero-pad images [N, 32, 32, C] to [N, 40, 40, C], 4 pixels on each side."""
-    import tensorflow as tf
     return tf.pad(images, [[0, 0], [MAX_SHIFT, MAX_SHIFT], [MAX_SHIFT, MAX_SHIFT], [0, 0]])
 
 
@@ -248,7 +240,6 @@ def random_crops(padded_images, indices, seed, max_shift=MAX_SHIFT, flips=None):
     Returns:
       float32 [B, 32, 32, C].
     """
-    import tensorflow as tf
     num_crops = tf.shape(indices)[0]
     offset_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     offsets = tf.cast(tf.random.stateless_uniform(
@@ -279,7 +270,6 @@ def _fixed_size_options():
     gather or one crop_and_resize, about 1 % of a training step, so fixed sizes lose
     nothing.
     """
-    import tensorflow as tf
     options = tf.data.Options()
     options.autotune.enabled = False
     return options
@@ -291,7 +281,6 @@ def _read_whole_file(filename, max_examples=None):
 
     Its element is (uint8 [N, 32, 32, 3] images in HWC order, int32 [N] labels).
     """
-    import tensorflow as tf
     records = tf.data.TFRecordDataset(filename, buffer_size=_READ_BUFFER_BYTES)
     if max_examples is not None:
         records = records.take(max_examples)
@@ -299,7 +288,6 @@ def _read_whole_file(filename, max_examples=None):
 
 
 def _decode_records(serialized):
-    import tensorflow as tf
     features = tf.io.parse_example(serialized, {
         tfrecord_format.IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
         tfrecord_format.LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
@@ -308,16 +296,3 @@ def _decode_records(serialized):
     # CIFAR stores each image channel-major (CHW); the model wants HWC.
     images = tf.transpose(tf.reshape(pixels, [-1, DEPTH, HEIGHT, WIDTH]), [0, 2, 3, 1])
     return images, tf.cast(features[tfrecord_format.LABEL_KEY], tf.int32)
-
-
-def check_tfrecords_exist(data_dir, subsets):
-    """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
-    holds the TFRecord file of every subset in `subsets`."""
-    import tensorflow as tf
-    hint = "create the TFRecords with: " + tfrecord_format.generate_command(data_dir)
-    if not tf.io.gfile.isdir(data_dir):
-        raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))
-    for subset in subsets:
-        filename = tfrecord_format.tfrecord_path(data_dir, subset)
-        if not tf.io.gfile.exists(filename):
-            raise Cifar10EstimatorError("%s does not exist; %s" % (filename, hint))

@@ -1,11 +1,10 @@
 """ResNetCifar10: the CIFAR-10 ResNet of He et al. 2016 (section 4.2) from the blocks."""
 
-import numbers
-
 import tensorflow as tf
 
 from cifar10_estimator import model_base
 from cifar10_estimator import cifar10
+from cifar10_estimator.hparams import num_units_per_stage
 
 # The tutorial's network has 11 outputs for CIFAR-10's 10 classes. That was a
 # quirk, kept so checkpoints of the original (dense/kernel of shape [64, 11])
@@ -80,15 +79,3 @@ class ResNetCifar10(model_base.ResNet):
 def class_logits(logits):
     """The logits [N, 10] of CIFAR-10's classes: the network's, without the original's 11th."""
     return logits[:, :cifar10.NUM_CLASSES]
-
-
-def num_units_per_stage(num_layers):
-    """n of a ResNet-(6n+2): residual units in each of the three stages.
-
-    Raises:
-      ValueError: num_layers is not 6n + 2 with n >= 1.
-    """
-    if not isinstance(num_layers, numbers.Integral) or num_layers < 8 or (num_layers - 2) % 6 != 0:
-        raise ValueError("num_layers must be 6n+2 for a whole n >= 1 (8, 14, 20, 32, 44, 56, "
-                         "110, ...), got %r" % (num_layers,))
-    return (num_layers - 2) // 6

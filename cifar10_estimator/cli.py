@@ -1,8 +1,10 @@
-"""Shared command-line plumbing: turn user errors into one line on stderr and an exit status."""
+"""Shared command-line plumbing: options declared as dataclass fields and parsed into them,
+user errors turned into one line on stderr and an exit status, TensorFlow's chatter muted."""
 
 import argparse
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 import tempfile
@@ -326,15 +328,22 @@ def stderr_dropped_on_success():
 def quiet_tensorflow_logs(cpp_min_log_level, python_log_level):
     """Mute TensorFlow's chatter: C++ lines below a level and v1 deprecation notices.
 
-    Call before TensorFlow is first imported (the C++ level is read once); a
-    TF_CPP_MIN_LOG_LEVEL the user exported wins.
+    Loads no TensorFlow: call it before TensorFlow is first imported (the C++ level is
+    read once), e.g. before checks that may load it. A TF_CPP_MIN_LOG_LEVEL the user
+    exported wins.
 
     Args:
       cpp_min_log_level: "0" all, "1" no INFO, "2" no WARNING, "3" no ERROR.
       python_log_level: level of TensorFlow's Python logger, e.g. "INFO" or "ERROR".
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", cpp_min_log_level)
-    import tensorflow as tf
-    from tensorflow.python.util import deprecation
-    deprecation._PRINT_DEPRECATION_WARNINGS = False
-    tf.get_logger().setLevel(python_log_level)
+    # The logger tf.get_logger() returns, which TensorFlow configures without a level.
+    logger = logging.getLogger("tensorflow")
+    logger.setLevel(python_log_level)
+    logger.addFilter(_not_a_deprecation_notice)
+
+
+def _not_a_deprecation_notice(record):
+    """Whether a record of TensorFlow's logger is not a v1 deprecation notice, which its
+    deprecation module logs as a warning at the first call of each deprecated function."""
+    return record.module != "deprecation"

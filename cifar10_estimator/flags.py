@@ -9,8 +9,9 @@ and the manual's flag table (`python -m cifar10_estimator.flags --markdown`) all
 those declarations. Flags keep the original tutorial's names and defaults.
 
 The trainer (main) and the local cluster launcher both parse and check with this
-module, which imports no TensorFlow: the checks that need it (the GPUs, oneDNN, the
-depth) load it themselves, so a malformed flag fails at once.
+module, which imports no TensorFlow: only the probes of the machine (its GPUs, oneDNN)
+and --precision auto's measurement load it, so a malformed flag or a missing data
+directory fails at once.
 """
 
 import argparse
@@ -18,12 +19,12 @@ import dataclasses
 import sys
 import typing
 
-from cifar10_estimator import cifar10
 from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
 from cifar10_estimator.cli import (ArgumentParser, non_negative_int, option, parse_bool,
                                    positive_int)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.training import precision
@@ -183,7 +184,7 @@ def _recipe_values(recipe, given):
 def quiet_tensorflow_logs():
     """The trainer's log is TensorFlow's Python INFO lines; keep C++ warnings and errors.
 
-    Call it before validate, which loads TensorFlow.
+    Call it before validate, which loads TensorFlow where a check needs it.
     """
     cli.quiet_tensorflow_logs("1", "INFO")
 
@@ -199,12 +200,11 @@ def validate(settings, task=None):
     Raises:
       UsageError: naming the flag at fault and the fix.
     """
-    from cifar10_estimator import cifar10_model
     from cifar10_estimator.machine import hardware
     hparams = settings.hparams
     builds_towers = task is None or task.builds_towers
     try:
-        cifar10_model.num_units_per_stage(hparams.num_layers)
+        job_hparams.num_units_per_stage(hparams.num_layers)
     except ValueError as error:
         raise UsageError("--num-layers: %s" % error)
     if settings.num_gpus > 0 and builds_towers:
@@ -212,10 +212,11 @@ def validate(settings, task=None):
     if hparams.label_smoothing >= 1:
         raise UsageError("--label-smoothing %g leaves the label no more weight than the other "
                          "classes; use a value below 1, e.g. 0.1" % hparams.label_smoothing)
-    if hparams.train_max_shift > cifar10.MAX_SHIFT:
+    if hparams.train_max_shift > cifar10_facts.MAX_SHIFT:
         raise UsageError("--train-max-shift %d is more than the %d pixels the training "
                          "images are padded by; use 0..%d" % (
-                             hparams.train_max_shift, cifar10.MAX_SHIFT, cifar10.MAX_SHIFT))
+                             hparams.train_max_shift, cifar10_facts.MAX_SHIFT,
+                             cifar10_facts.MAX_SHIFT))
     _check_low_resolution_side(hparams.low_resolution)
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
@@ -254,9 +255,9 @@ def validate(settings, task=None):
 
 
 def _check_low_resolution_side(side):
-    if not job_hparams.MIN_LOW_RESOLUTION <= side < cifar10.HEIGHT:
+    if not job_hparams.MIN_LOW_RESOLUTION <= side < cifar10_facts.HEIGHT:
         raise UsageError("--low-resolution %d: use %d..%d pixels (the images are %d)" % (
-            side, job_hparams.MIN_LOW_RESOLUTION, cifar10.HEIGHT - 1, cifar10.HEIGHT))
+            side, job_hparams.MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1, cifar10_facts.HEIGHT))
 
 
 def _check_low_resolution_ends_before_the_run(hparams):
@@ -267,7 +268,7 @@ def _check_low_resolution_ends_before_the_run(hparams):
                          "epochs): the last epochs must train at %d pixels, the size it is "
                          "evaluated at; use fewer" % (
                              hparams.low_resolution_epochs, end,
-                             end / schedule.steps_per_epoch(hparams), cifar10.HEIGHT))
+                             end / schedule.steps_per_epoch(hparams), cifar10_facts.HEIGHT))
 
 
 def _check_deterministic(hparams):
@@ -304,7 +305,7 @@ def _check_data_dir(data_dir):
         raise UsageError("--data-dir is required (or pass --use-synthetic-data); write the "
                          "TFRecords with: " + tfrecord_format.generate_command("DIR"))
     try:
-        cifar10.check_tfrecords_exist(data_dir, ["train", "eval"])
+        tfrecord_format.check_tfrecords_exist(data_dir, ["train", "eval"])
     except Cifar10EstimatorError as error:
         raise UsageError(str(error))
 
@@ -350,11 +351,10 @@ def _resolved_precision(settings, task):
         return settings.hparams.precision
     if task and not task.is_trainer:
         return "fp32"
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if settings.hparams.deterministic:
-        import tensorflow as tf
         tf.compat.v1.logging.info("--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
-    import tensorflow as tf
     from cifar10_estimator.machine import hardware, precision_speed
     name, line = precision_speed.fastest_precision(
         settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())

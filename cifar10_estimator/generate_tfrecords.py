@@ -17,8 +17,8 @@ import sys
 import typing
 
 from cifar10_estimator import cli
-from cifar10_estimator import cifar10
 from cifar10_estimator.data import cifar10_archive
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import download
 from cifar10_estimator.data import image_folders
 from cifar10_estimator.data import tfrecord_format
@@ -88,14 +88,14 @@ def write_subsets(data_dir, subset_batches):
     """
     staged = {}
     try:
-        for subset in cifar10.SUBSETS:
+        for subset in cifar10_facts.SUBSETS:
             if subset in subset_batches:
                 staged[subset] = tfrecord_format.write_temporary_tfrecords(
                     tfrecord_format.tfrecord_path(data_dir, subset), subset_batches[subset])
         metadata = tfrecord_format.metadata_path(data_dir)
         if os.path.exists(metadata):
             os.remove(metadata)
-        for subset in cifar10.SUBSETS:
+        for subset in cifar10_facts.SUBSETS:
             path = tfrecord_format.tfrecord_path(data_dir, subset)
             if subset in staged:
                 os.replace(staged[subset][0], path)
@@ -178,7 +178,7 @@ def remove_stale_temporaries(data_dir):
     were killed outright (they never look finished, but they take space).
     """
     output_names = [os.path.basename(tfrecord_format.tfrecord_path(data_dir, subset))
-                    for subset in cifar10.SUBSETS]
+                    for subset in cifar10_facts.SUBSETS]
     stale_prefixes = tuple("." + name + "." for name in output_names) + (
         "." + cifar10_archive.BATCHES_DIRNAME + ".",)
     metadata_temporary = os.path.basename(tfrecord_format.metadata_path(data_dir)) + ".tmp"
@@ -347,7 +347,7 @@ def build_parser():
                    archive=cifar10_archive.ARCHIVE_FILENAME,
                    batches=cifar10_archive.BATCHES_DIRNAME,
                    url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5,
-                   classes=", ".join(cifar10.CLASS_NAMES),
+                   classes=", ".join(cifar10_facts.CLASS_NAMES),
                    extensions="/".join(image_folders.IMAGE_EXTENSIONS),
                    seed=image_folders.TRAIN_ORDER_SEED))
     cli.add_options(parser, cli.option_fields(GenerateOptions))
@@ -396,7 +396,7 @@ def main(argv):
     except OSError as error:
         raise Cifar10EstimatorError("cannot read or write %s: %s" % (
             error.filename or args.data_dir, error.strerror or error))
-    for subset in cifar10.SUBSETS:
+    for subset in cifar10_facts.SUBSETS:
         if subset in num_examples:
             print("%-10s %6d examples  %s" % (
                 subset, num_examples[subset], tfrecord_format.tfrecord_path(args.data_dir, subset)))

@@ -2,7 +2,8 @@
 
 Each field of HParams that is an option (cli.option) is a trainer flag: its default,
 type or check, help and --help group are written here, once, and the trainer's parser
-(flags.build_parser), hparams.json, the recipes and the manual's flag table read them.
+(flags.build_parser), hparams.json, the recipes and the manual's flag table read them;
+the depth's rule (num_units_per_stage) is here too, for flags.validate and the model.
 The other fields are derived: the trainer fills them in from the data, the devices and
 the cluster (flags.resolve). Training writes the values it used to job-dir/hparams.json
 so that a checkpoint can be rebuilt later (the evaluate command reads it).
@@ -10,13 +11,14 @@ so that a checkpoint can be rebuilt later (the evaluate command reads it).
 
 import dataclasses
 import json
+import numbers
 import os
 import typing
 
-from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
 from cifar10_estimator.cli import (between_zero_and_one, is_option, non_negative_float,
                                    non_negative_int, option, positive_float, positive_int)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import recipes
@@ -29,6 +31,19 @@ HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
 WEIGHT_DECAY_SCOPES = ("all", "kernels")
 # Smallest --low-resolution: the last stage, at a quarter of the side, still sees 2x2.
 MIN_LOW_RESOLUTION = 8
+
+
+def num_units_per_stage(num_layers):
+    """n of a ResNet-(6n+2): residual units in each of the three stages (--num-layers'
+    check, and what cifar10_model builds).
+
+    Raises:
+      ValueError: num_layers is not 6n + 2 with n >= 1.
+    """
+    if not isinstance(num_layers, numbers.Integral) or num_layers < 8 or (num_layers - 2) % 6 != 0:
+        raise ValueError("num_layers must be 6n+2 for a whole n >= 1 (8, 14, 20, 32, 44, 56, "
+                         "110, ...), got %r" % (num_layers,))
+    return (num_layers - 2) // 6
 
 
 def _recipes_help():
@@ -148,10 +163,10 @@ class HParams:
              "The evaluation loss stays plain cross entropy.",
         group="optimisation", type=non_negative_float, metavar="F")
     train_max_shift: int = option(
-        cifar10.MAX_SHIFT, "Training crops move each image by up to P pixels along each axis "
-                           "(uniform over -P..P; 0..%d). %d is the original's pad-4 crop; "
-                           "fewer suit short runs (Jordan 2024 uses 2)." % (
-                               cifar10.MAX_SHIFT, cifar10.MAX_SHIFT),
+        cifar10_facts.MAX_SHIFT,
+        "Training crops move each image by up to P pixels along each axis (uniform over "
+        "-P..P; 0..%d). %d is the original's pad-4 crop; fewer suit short runs (Jordan 2024 "
+        "uses 2)." % (cifar10_facts.MAX_SHIFT, cifar10_facts.MAX_SHIFT),
         group="optimisation", type=non_negative_int, metavar="P")
     alternating_flips: bool = option(
         False, "Mirror each training image in every other epoch, starting with probability "
@@ -166,7 +181,7 @@ class HParams:
         group="optimisation", type=non_negative_float, metavar="E")
     low_resolution: int = option(
         24, "Side in pixels of the training images of --low-resolution-epochs "
-            "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10.HEIGHT - 1),
+            "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1),
         group="optimisation", type=int, metavar="S")
     shift_learning_rate_factor: float = option(
         1.0, "Batch norm's shift (beta) variables learn at F times the learning rate (F x "
@@ -218,7 +233,7 @@ class HParams:
 
     # Derived, no flag: flags.resolve fills them in from the data, the devices and the
     # cluster.
-    num_train_examples: int = cifar10.OFFICIAL_NUM_EXAMPLES["train"]
+    num_train_examples: int = cifar10_facts.OFFICIAL_NUM_EXAMPLES["train"]
     num_workers: int = 1
     data_format: str = "channels_last"
 
@@ -241,7 +256,7 @@ DERIVED_FIELDS = tuple(field.name for field in dataclasses.fields(HParams)
 
 def save(job_dir, hparams):
     """Write `hparams` to job-dir/hparams.json, replacing any older file."""
-    import tensorflow as tf  # here: the trainer parses its flags before TensorFlow loads
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     tf.io.gfile.makedirs(job_dir)
     json_file.write_atomically(
         os.path.join(job_dir, HPARAMS_FILENAME),
@@ -254,7 +269,7 @@ def load(job_dir):
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if not tf.io.gfile.isdir(job_dir):
         raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
     path = os.path.join(job_dir, HPARAMS_FILENAME)

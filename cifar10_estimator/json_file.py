@@ -18,7 +18,7 @@ def write_atomically(path, value):
     Raises:
       Cifar10EstimatorError: the file cannot be written (naming it and why).
     """
-    import tensorflow as tf  # here: the CLIs check their flags before TensorFlow loads
+    import tensorflow as tf  # lazy: keeps the commands' --help and flag errors fast
 
     # Unique per writer: a restarted chief may write while its old self still does.
     temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)

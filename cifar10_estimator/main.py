@@ -86,7 +86,7 @@ def stop_signals_of(task=None):
 @contextlib.contextmanager
 def disk_faults_named(job_dir):
     """Turn an error of a full or read-only disk under job_dir into its one line."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import run_faults
     try:
         yield
@@ -115,7 +115,7 @@ def make_run_config(settings, task=None):
       settings: the run's flags.Settings.
       task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from tensorflow.core.protobuf import rewriter_config_pb2
     session_config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
@@ -166,7 +166,7 @@ def first_conv_kernel(settings, task=None):
     It is only computed for a trainer that starts a job: a checkpoint already holds the
     kernel, and the initializer is not run then.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if (not settings.hparams.patch_pca_init or (task and not task.is_trainer)
             or tf.train.latest_checkpoint(settings.job_dir)):
         return None
@@ -236,7 +236,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
       errors.RunStopped: a stop signal came; what was reached is saved.
       run_faults.TrainingDiverged: the training loss became NaN or infinite.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import stop_signals
 
@@ -285,7 +285,7 @@ def start_job(settings, task, run_config):
     Returns:
       The cost of an evaluated image against training's precision (log_precision_speed).
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import hparams_summary
     hparams = settings.hparams
     if hparams.deterministic:
@@ -321,7 +321,7 @@ def make_run_progress(settings, task, run_config, evaluation_cost, run_console=N
 
 def make_train_spec(settings, task, signals, progress):
     """The TrainSpec: the training input, the last step, the stop and divergence hooks."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import run_faults
     from cifar10_estimator.training import stop_signals
@@ -357,7 +357,7 @@ def evaluation_plan(settings, run_config, relative_cost):
 
 def _stopped_outside_training_text(job_dir, task):
     """How a run stopped outside a training session ends: what is saved, what a rerun does."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if task and task.task_type == cluster.WORKER:
         return ("at global step %s: a worker saves nothing (the chief writes the "
                 "checkpoints); restarted, it rejoins the cluster" % _latest_step(job_dir))
@@ -368,7 +368,7 @@ def _stopped_outside_training_text(job_dir, task):
 
 
 def _latest_step(job_dir):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     checkpoint = tf.train.latest_checkpoint(job_dir)
     if checkpoint is None:
         return "0"
@@ -385,7 +385,7 @@ def log_precision_speed(precision_policy, num_gpus, hparams):
     """
     if not precision_policy.is_mixed or num_gpus:
         return 1.0
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.machine import precision_speed
     from cifar10_estimator.training import console
     speeds = precision_speed.measured_speeds(precision_policy)
@@ -402,7 +402,7 @@ def log_precision_speed(precision_policy, num_gpus, hparams):
 
 def log_schedule(hparams):
     """Log the run's length and learning rate once; warn if the rate never drops."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import console
     console.console_logger().info("Recipe %s. %s", hparams.recipe, schedule.describe(hparams))
     warning = schedule.never_drops_warning(hparams)
@@ -412,7 +412,7 @@ def log_schedule(hparams):
 
 def log_resumption(job_dir, task=None):
     """Say where a trainer that finds a checkpoint in its job dir carries on from."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import console
     checkpoint = tf.train.latest_checkpoint(job_dir)
     if checkpoint and (task is None or task.writes_checkpoints):
@@ -427,7 +427,7 @@ def make_eval_spec(settings, signals, progress=None):
     (--eval-subset eval, or data without a validation set) they go to job-dir/eval/ as
     in the original, and no best export is kept: never select a model on test data.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import console
     from cifar10_estimator.training import progress as run_progress
@@ -499,7 +499,7 @@ def evaluate_and_export_latest(estimator, eval_spec):
     Returns:
       The metrics (dict), or None where there is no checkpoint.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import checkpoint_evaluation
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:

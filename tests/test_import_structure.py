@@ -1,6 +1,8 @@
 """The package's imports run one way: no circle between modules, none between the top
 level's units (a top-level module, or a folder), nothing outside benchmarks/ imports it,
-and nothing imports main.
+and nothing imports main. The flag layer imports no TensorFlow, so that the commands
+tell a flag's error before it loads, and CIFAR-10's facts are declared once, in
+data/cifar10_facts.py.
 
 Imports are read from the source with ast, those inside functions included: an import
 deferred to a function is still a dependency, only a later one.
@@ -8,6 +10,8 @@ deferred to a function is still a dependency, only a later one.
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import cifar10_estimator
 
@@ -182,3 +186,101 @@ def test_nothing_outside_benchmarks_imports_them():
 def test_nothing_imports_main():
     graph = import_graph()
     assert [_name(module) for module, imported in sorted(graph.items()) if MAIN in imported] == []
+
+
+# The flag layer: the options' declarations, the parser and its checks, which the commands
+# run before TensorFlow loads.
+FLAG_LAYER = [PACKAGE + "." + name for name in (
+    "cli", "hparams", "flags", "training.recipes", "training.schedule")]
+FACTS = PACKAGE + ".data.cifar10_facts"
+DATA_SET = PACKAGE + ".cifar10"
+
+
+def _outside_functions(tree):
+    """The nodes of a module that run when it is imported: all but function bodies."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(child for child in ast.iter_child_nodes(node)
+                       if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                 ast.Lambda)))
+
+
+def imported_on_import(module, path, modules):
+    """(the package's modules, the other top-level packages) that importing `module` imports
+    itself, its own package's __init__ included; imports inside functions wait."""
+    targets = []
+    for node in _outside_functions(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _import_base(node, module, path.name == "__init__.py")
+            targets += [base] + [base + "." + alias.name for alias in node.names]
+    parent = module.rpartition(".")[0]
+    targets += [parent] if parent else []
+    package_modules, others = set(), set()
+    for target in targets:
+        if target.split(".")[0] != PACKAGE:
+            others.add(target.split(".")[0])
+            continue
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != module:
+            package_modules.add(target)
+    return package_modules, others
+
+
+def chain_to_tensorflow(start, modules):
+    """The shortest chain of imports made on import from `start` to a module that imports
+    TensorFlow on import, as a list of modules; None where there is none."""
+    paths, queue = {start: [start]}, [start]
+    while queue:
+        module = queue.pop(0)
+        package_modules, others = imported_on_import(module, modules[module], modules)
+        if "tensorflow" in others:
+            return paths[module]
+        for target in sorted(package_modules - set(paths)):
+            paths[target] = paths[module] + [target]
+            queue.append(target)
+    return None
+
+
+def test_the_flag_layer_imports_no_tensorflow():
+    modules = module_paths(PACKAGE_DIR)
+    chains = {module: chain_to_tensorflow(module, modules) for module in FLAG_LAYER}
+    assert not any(chains.values()), "\n".join(
+        "%s imports TensorFlow on import: %s" % (_name(module), " -> ".join(map(_name, chain)))
+        for module, chain in chains.items() if chain)
+    # What the interpreter really loads, third-party packages included.
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; import %s; print('tensorflow' in sys.modules)"
+         % ", ".join(FLAG_LAYER)],
+        cwd=str(PACKAGE_DIR.parent), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stdout + result.stderr
+
+
+def _assigned_at_top(path):
+    """Names a module assigns outside its functions and classes."""
+    names = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
+
+
+def test_cifar10s_facts_are_declared_in_cifar10_facts_only_and_the_data_set_hands_them_on():
+    modules = module_paths(PACKAGE_DIR)
+    facts = {name for name in _assigned_at_top(modules[FACTS]) if name.isupper()}
+    assert {"HEIGHT", "NUM_CLASSES", "CLASS_NAMES", "MAX_SHIFT", "PADDED_HEIGHT"} <= facts
+    declared_again = {_name(module): sorted(facts & _assigned_at_top(path))
+                      for module, path in modules.items() if module != FACTS}
+    assert not any(declared_again.values()), {
+        module: names for module, names in declared_again.items() if names}
+    handed_on = {alias.asname or alias.name
+                 for node in ast.parse(modules[DATA_SET].read_text()).body
+                 if isinstance(node, ast.ImportFrom) and node.module == FACTS
+                 for alias in node.names}
+    assert facts <= handed_on, "cifar10.py does not hand on %s" % sorted(facts - handed_on)

@@ -15,8 +15,8 @@ pipes as the FMAs: twice the FP32 peak. On Intel cores without AMX it is taken a
 512-bit dot product per cycle (one port, where FP32 FMAs have two on server cores): the
 FP32 peak, not twice it. That is an assumption, labelled as such in the machine record;
 what was measured agrees with it: on an Intel Xeon (cpu family 6, model 207) oneDNN's
-avx512_core_bf16 convolutions ran forward about as fast as fp32 and backward about 2x
-slower. AMX (amx_bf16) multiplies tiles: 1024 bf16 FLOPs per cycle per core (Intel's
+avx512_core_bf16 convolutions run forward about as fast as fp32 and backward slower
+(docs/precision.md). AMX (amx_bf16) multiplies tiles: 1024 bf16 FLOPs per cycle per core (Intel's
 figure).
 The clock is cpufreq's maximum where the kernel exposes it, else the `cpu MHz` that
 /proc/cpuinfo reports (on a VM, the host's nominal clock).
@@ -27,6 +27,8 @@ import os
 import platform
 import resource
 import time
+
+import tensorflow as tf
 
 from cifar10_estimator.machine import hardware
 
@@ -103,8 +105,6 @@ def cpu_identity(machine):
 
 def describe_machine():
     """Dict describing this machine, with its derived FP32 and bf16 peaks (None if unknown)."""
-    import tensorflow as tf
-
     processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
     flags = set(first.get("flags", "").split())

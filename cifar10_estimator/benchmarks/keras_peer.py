@@ -6,8 +6,9 @@ a dense layer with the original's 11 outputs), so its trainable parameters equal
 The loss is the same: sparse cross entropy plus weight_decay x sum of l2_loss over all
 trainable variables, minimised by SGD with momentum on the same piecewise-constant
 learning rate. The data are the same too: Cifar10DataSet's tf.data batches, read from
-the same TFRecords with the same augmentation. Run as a child process of the benchmark,
-so eager Keras never shares a process with the graph-mode Estimator:
+the same TFRecords with the same augmentation. Run as a child process of the benchmark
+(which mutes TensorFlow's C++ INFO lines in its environment), so eager Keras never shares
+a process with the graph-mode Estimator:
 
     python -m cifar10_estimator.benchmarks.keras_peer --data-dir DIR --num-layers 20 \
         --batch-size 128 --steps 130
@@ -22,12 +23,17 @@ the trainer's --precision bf16.
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 
+import numpy as np
+import tensorflow as tf
+
+from cifar10_estimator import cifar10
+from cifar10_estimator import cifar10_model
 from cifar10_estimator import cli
 from cifar10_estimator.hparams import DEFAULTS, HParams
+from cifar10_estimator.training import schedule as run_schedule
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
 # The trainer's --precision values Keras has a policy for.
@@ -41,10 +47,6 @@ def keras_resnet(num_layers, batch_norm_decay=DEFAULTS.batch_norm_decay,
     Raises:
       ValueError: num_layers is not 6n + 2.
     """
-    import tensorflow as tf
-
-    from cifar10_estimator import cifar10_model
-
     layers = tf.keras.layers
     num_units = cifar10_model.num_units_per_stage(num_layers)
     def conv(x, filters, stride):
@@ -90,20 +92,12 @@ def keras_resnet(num_layers, batch_norm_decay=DEFAULTS.batch_norm_decay,
 
 def _class_accuracy(labels, logits):
     """Accuracy over CIFAR-10's 10 classes, as the Estimator counts it."""
-    import tensorflow as tf
-
-    from cifar10_estimator import cifar10_model
-
     return tf.keras.metrics.sparse_categorical_accuracy(labels, cifar10_model.class_logits(logits))
 
 
 def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, batch_size,
                                num_train_examples):
     """Compile with the Estimator's loss, weight decay, optimizer and learning-rate schedule."""
-    import tensorflow as tf
-
-    from cifar10_estimator.training import schedule as run_schedule
-
     model.add_loss(lambda: weight_decay * tf.add_n(
         [tf.nn.l2_loss(variable) for variable in model.trainable_weights]))
     boundaries, factors = run_schedule.drops(HParams(
@@ -118,8 +112,6 @@ def compile_like_the_estimator(model, weight_decay, momentum, learning_rate, bat
 
 
 def _throughput_logger(batch_size, every_n_steps):
-    import tensorflow as tf
-
     class ThroughputLogger(tf.keras.callbacks.Callback):
         """Prints ExamplesPerSecondHook's line every every_n_steps batches.
 
@@ -157,11 +149,6 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
     Returns:
       dict with trainable_parameters, input and tensorflow_version.
     """
-    import numpy as np
-    import tensorflow as tf
-
-    from cifar10_estimator import cifar10
-
     data_set = cifar10.Cifar10DataSet(data_dir, "train", use_distortion=True)
     tf.keras.mixed_precision.set_global_policy(KERAS_POLICIES[precision])
     model = keras_resnet(num_layers)
@@ -205,5 +192,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     main(sys.argv[1:])

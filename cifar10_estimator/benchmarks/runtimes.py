@@ -190,7 +190,7 @@ def time_in_rounds(models, results, images, args, say):
 
 def measure(job_dir, data_dir, work_dir, args, say=print):
     """Convert, then measure every model; returns (results [RuntimeResult], facts dict)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the benchmark's --help and flag errors fast
 
     from cifar10_estimator import cifar10
     from cifar10_estimator.benchmarks import host

@@ -65,7 +65,7 @@ def kernel_micros_by_op_type(step_stats):
 
 
 def _training_session(args):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     from cifar10_estimator import hparams as job_hparams
     from cifar10_estimator import input_fn, model_fn
     hparams = job_hparams.HParams(
@@ -84,7 +84,7 @@ def _training_session(args):
 def main(argv):
     args = cli.parse(build_parser(), StepProfileOptions, argv)
     cli.quiet_tensorflow_logs("3", "ERROR")
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     with tf.Graph().as_default():
         session, train_op = _training_session(args)
         for _ in range(args.steps):

@@ -39,6 +39,7 @@ import time
 import typing
 
 from cifar10_estimator import cli
+from cifar10_estimator import hparams as job_hparams
 
 JSON_FILENAME = "benchmark.json"
 MARKDOWN_FILENAME = "benchmark.md"
@@ -91,10 +92,9 @@ MODES = {
 
 
 def _depth(text):
-    from cifar10_estimator import cifar10_model
     depth = cli.positive_int(text)
     try:
-        cifar10_model.num_units_per_stage(depth)
+        job_hparams.num_units_per_stage(depth)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error))
     return depth

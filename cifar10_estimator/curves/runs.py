@@ -86,7 +86,7 @@ def _against(values_by_step, x_of):
 def _start_time(job_dir):
     """When the run started (seconds since the epoch): the earlier of its hparams.json,
     written before the graph is built, and its first event of any training event file."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps curves' --help and flag errors fast
     times = []
     hparams_path = os.path.join(job_dir, job_hparams.HPARAMS_FILENAME)
     if os.path.exists(hparams_path):
@@ -106,7 +106,7 @@ def _scalar_by_step(folder, tag):
 
     A resumed run writes a new event file that may repeat steps: the later file wins.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps curves' --help and flag errors fast
     values = {}
     paths = glob.glob(os.path.join(folder, "events.out.tfevents.*"))
     for path in sorted(paths, key=os.path.getmtime):
@@ -122,7 +122,7 @@ def _scalar_by_step(folder, tag):
 
 def _scalar_value(value):
     """A summary value's number: simple_value (tf.compat.v1) or a scalar tensor (TF 2)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps curves' --help and flag errors fast
     if value.HasField("tensor"):
         return float(tf.make_ndarray(value.tensor))
     return float(value.simple_value)

@@ -1,8 +1,11 @@
-"""CIFAR-10's facts: image shape, classes, subsets and the official split's sizes.
+"""CIFAR-10's facts: image shape, classes, subsets and the official split's sizes; and the
+training crops' padding, which the data set, the flags and the benchmarks share.
 
 They sit at the start of the data's path: the archive reader, the image folders and the
 TFRecord format take them from here, and cifar10.py hands them on to everything after
 the records (cifar10.HEIGHT, cifar10.CLASS_NAMES, ...), as the tutorial's cifar10.py did.
+The flags and the commands that check theirs before TensorFlow loads take them from here
+too: this module imports nothing.
 """
 
 HEIGHT = 32
@@ -23,6 +26,12 @@ SUBSETS = ("train", "validation", "eval")
 # Examples per subset of the official split (data_batch_1-4 / data_batch_5 / test_batch),
 # the counts of data without a metadata file (records written by the original tutorial).
 OFFICIAL_NUM_EXAMPLES = {"train": 40000, "validation": 10000, "eval": 10000}
+
+# Training crops come from the image zero-padded by MAX_SHIFT pixels on each side, so a
+# crop moves it by up to MAX_SHIFT pixels along each axis (the tutorial's pad-4 crop).
+MAX_SHIFT = 4
+PADDED_HEIGHT = HEIGHT + 2 * MAX_SHIFT
+PADDED_WIDTH = WIDTH + 2 * MAX_SHIFT
 
 
 def check_subset(subset):

@@ -150,7 +150,7 @@ def _decode_file(path):
 
     Pixels are zeros when the image is not 32x32, for the caller to refuse by its size.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps generate_tfrecords' --help and flag errors fast
 
     contents = tf.io.read_file(path)
     # The bytes, not the file name, say which decoder applies.
@@ -176,7 +176,7 @@ def _tensorflow_reason(error):
 
 def _file_error(paths):
     """The error naming the first of paths TensorFlow cannot read or decode."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps generate_tfrecords' --help and flag errors fast
 
     for path in paths:
         try:
@@ -218,7 +218,7 @@ def decoded_batches(paths, labels, subset, messages):
     Raises:
       Cifar10EstimatorError: naming a file that cannot be read or decoded, or is not 32x32.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps generate_tfrecords' --help and flag errors fast
 
     batches = tf.data.Dataset.from_tensor_slices([os.fsencode(path) for path in paths]).map(
         _decode_file, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,

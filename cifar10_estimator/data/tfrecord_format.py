@@ -6,7 +6,8 @@ Each record is a tf.train.Example with two features, as in the original tutorial
   label: int64, the class index 0..9.
 Beside the TFRecords, a small JSON file records how many examples each file holds; a
 data dir converted without a validation set has neither its file nor its count.
-`check_tfrecords` reads a file once to tell that it is still what was written.
+`check_tfrecords_exist` tells that the files are there, `check_tfrecords` reads a file
+once to tell that it is still what was written.
 
 Records are serialized straight from numpy arrays: a tf.train.Example with one
 3072-byte `image` and one small `label` has a fixed wire layout, so every record
@@ -49,6 +50,24 @@ def tfrecord_path(data_dir, subset):
     """Path of the TFRecord file of `subset` ('train', 'validation' or 'eval') in data_dir."""
     cifar10_facts.check_subset(subset)
     return os.path.join(data_dir, subset + ".tfrecords")
+
+
+def check_tfrecords_exist(data_dir, subsets):
+    """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
+    holds the TFRecord file of every subset in `subsets`."""
+    isdir, exists = os.path.isdir, os.path.exists
+    if "://" in data_dir:
+        # A URL (gs://...) needs TensorFlow's file systems; a local path is checked with
+        # os.path, so that the trainer's flag checks name a missing one before it loads.
+        import tensorflow as tf
+        isdir, exists = tf.io.gfile.isdir, tf.io.gfile.exists
+    hint = "create the TFRecords with: " + generate_command(data_dir)
+    if not isdir(data_dir):
+        raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))
+    for subset in subsets:
+        filename = tfrecord_path(data_dir, subset)
+        if not exists(filename):
+            raise Cifar10EstimatorError("%s does not exist; %s" % (filename, hint))
 
 
 def metadata_path(data_dir):
@@ -293,7 +312,7 @@ def check_tfrecords(data_dir, subset):
 def _read_records(path):
     """(number of records, None) of a sound TFRecord file of CIFAR-10 examples, else
     (records before the first fault, what the fault is)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the commands' flag errors fast
     num_records = offset = 0
     try:
         for record in tf.compat.v1.io.tf_record_iterator(path):
@@ -325,7 +344,7 @@ def _is_cifar10_record(record):
         # The layout this module writes (see serialize_examples): the label byte is all
         # that varies, besides the image. Parsing every record would double the check.
         return record[-1] < cifar10_facts.NUM_CLASSES
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the commands' flag errors fast
     from google.protobuf.message import DecodeError
     try:
         features = tf.train.Example.FromString(record).features.feature

@@ -212,7 +212,7 @@ def start_trainer_server(run_config):
       The running tf.distribute.Server. It serves until the process ends (gRPC servers
       cannot be stopped), as the one tf.estimator would start.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
 
     session_config = run_config.session_config
     server_config = tf.compat.v1.ConfigProto(

@@ -1,2 +1,3 @@
-"""The machine the trainer runs on: what it has (CPU flags, oneDNN, GPUs), and how fast it
-trains in bf16 against fp32, measured once and cached."""
+"""The machine the trainer runs on: what it has (CPU flags, oneDNN, GPUs), how fast it
+trains in bf16 against fp32, measured once and cached, and the alternating rounds that
+this and every benchmark time their contenders in."""

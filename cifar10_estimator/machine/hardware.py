@@ -40,6 +40,7 @@ def onednn_enabled():
     and pooling and with fast bfloat16. It does by default on some CPUs;
     TF_ENABLE_ONEDNN_OPTS=1/0 decides."""
     try:
+        # lazy: keeps the trainer's flag errors fast
         from tensorflow.python.util import _pywrap_util_port
         return bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):  # a private API: fall back to the user's setting
@@ -48,13 +49,13 @@ def onednn_enabled():
 
 def num_gpus_visible():
     """GPUs TensorFlow sees."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's flag errors fast
     return len(tf.config.list_physical_devices("GPU"))
 
 
 def gpu_compute_capabilities(num_gpus):
     """(major, minor) compute capability of each of the first num_gpus GPUs."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's flag errors fast
     gpus = tf.config.list_physical_devices("GPU")[:num_gpus]
     return [tf.config.experimental.get_device_details(gpu).get("compute_capability", (0, 0))
             for gpu in gpus]

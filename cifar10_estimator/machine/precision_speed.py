@@ -1,13 +1,14 @@
 """How fast this machine trains in a mixed precision against float32: measured, cached.
 
-Whether bfloat16 pays on a CPU depends on more than its instruction flags: on an AMD
-Zen 4 the trainer ran 1.5x faster in bf16, on an Intel Xeon with avx512_bf16 but no AMX
-0.72x as fast (oneDNN's bf16 convolution kernels there are slower backwards). No table
-of CPU kinds stays true, so the trainer measures: a few training steps of a small ResNet
-with the same convolutions, alternately in float32 and in the asked precision, once per
-machine (CPU, instruction flags, TensorFlow version, oneDNN), and keeps the figures in
-the user's cache ($XDG_CACHE_HOME/cifar10_estimator/precision_speed.json). The run goes
-on in the asked precision either way; a slower one gets one warning line at start.
+Whether bfloat16 pays on a CPU depends on more than its instruction flags: the trainer
+runs faster in bf16 on an AMD Zen 4, slower on an Intel Xeon with avx512_bf16 but no AMX
+(oneDNN's bf16 convolution kernels there are slower backwards; the figures are in
+docs/precision.md). No table of CPU kinds stays true, so the trainer measures: a few
+training steps of a small ResNet with the same convolutions, in float32 and in the asked
+precision in alternating rounds (alternating_rounds), once per machine (CPU, instruction
+flags, TensorFlow version, oneDNN), and keeps each one's best round in the user's cache
+($XDG_CACHE_HOME/cifar10_estimator/precision_speed.json). The run goes on in the asked
+precision either way; a slower one gets one warning line at start.
 """
 
 import contextlib
@@ -15,6 +16,9 @@ import datetime
 import json
 import os
 import time
+
+import numpy as np
+import tensorflow as tf
 
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.machine import hardware
@@ -40,7 +44,6 @@ def cache_path():
 
 def machine_key():
     """What the speeds depend on: CPU, its bf16 instructions, TensorFlow and oneDNN."""
-    import tensorflow as tf
     processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
     flags = sorted(set(first.get("flags", "").split()) & {
@@ -157,8 +160,6 @@ class TrainingProbe:
         self._session = None
 
     def __enter__(self):
-        import numpy as np
-        import tensorflow as tf
         from cifar10_estimator import hparams as job_hparams
         from cifar10_estimator import model_fn
 

@@ -32,10 +32,10 @@ import uuid
 
 import numpy as np
 
-from cifar10_estimator import cifar10
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
                                    option_fields, parse, positive_int, quiet_tensorflow_logs,
                                    run_command, stderr_dropped_on_success)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import options as shared
 from cifar10_estimator.serving import runtimes
@@ -95,7 +95,7 @@ class Conversion:
 
 
 def _tflite_converter(export_dir):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
     from cifar10_estimator.serving import export
     return tf.lite.TFLiteConverter.from_saved_model(
         export_dir, signature_keys=[export.SERVING_SIGNATURE])
@@ -114,7 +114,7 @@ def tflite_int8(export_dir, calibration_images):
       calibration_images: uint8 [N, 32, 32, 3]; each activation is quantized over the
         range it takes on them.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
     converter = _tflite_converter(export_dir)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = lambda: (
@@ -223,6 +223,7 @@ def validation_images(data_dir, count):
       Cifar10EstimatorError: data_dir has no validation TFRecords, they are damaged (see
         tfrecord_format.check_tfrecords), or they hold no image.
     """
+    from cifar10_estimator import cifar10
     from cifar10_estimator.data import tfrecord_format
     dataset = cifar10.Cifar10DataSet(data_dir, CALIBRATION_SUBSET, use_distortion=False)
     tfrecord_format.check_tfrecords(data_dir, CALIBRATION_SUBSET)
@@ -236,7 +237,8 @@ def validation_images(data_dir, count):
 def random_images(count, seed=_CHECK_SEED):
     """uint8 [count, 32, 32, 3] of uniformly random pixels."""
     return np.random.RandomState(seed).randint(
-        0, 256, [count, cifar10.HEIGHT, cifar10.WIDTH, cifar10.DEPTH]).astype(np.uint8)
+        0, 256, [count, cifar10_facts.HEIGHT, cifar10_facts.WIDTH, cifar10_facts.DEPTH]
+    ).astype(np.uint8)
 
 
 def check_model(model, saved_model, images, images_description, tolerance):

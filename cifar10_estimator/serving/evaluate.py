@@ -23,11 +23,11 @@ import typing
 import numpy as np
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import cifar10
 from cifar10_estimator import json_file
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
                                    option_fields, parse, positive_int, quiet_tensorflow_logs,
                                    run_command)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import options as shared
 
@@ -74,7 +74,7 @@ def resolve_checkpoint(job_dir, checkpoint=None):
     Raises:
       Cifar10EstimatorError: there is no such checkpoint.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     if checkpoint is None:
         latest = tf.train.latest_checkpoint(job_dir)
         if latest is None:
@@ -112,7 +112,7 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size, evaluation
       Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords),
         or a checkpoint that does not fit the model.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     from cifar10_estimator import cifar10, model_fn
     from cifar10_estimator.data import tfrecord_format
 
@@ -159,6 +159,7 @@ def predict_subset_with_model(model, data_dir, subset, batch_size):
     Raises:
       Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords).
     """
+    from cifar10_estimator import cifar10
     from cifar10_estimator.data import tfrecord_format
     from cifar10_estimator.serving import runtimes
     dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
@@ -170,7 +171,7 @@ def predict_subset_with_model(model, data_dir, subset, batch_size):
 
 def confusion_matrix(labels, predicted):
     """int64 [10, 10]: entry [t, p] counts examples of true class t predicted as p."""
-    num_classes = cifar10.NUM_CLASSES
+    num_classes = cifar10_facts.NUM_CLASSES
     pairs = np.asarray(labels, np.int64) * num_classes + np.asarray(predicted, np.int64)
     return np.bincount(pairs, minlength=num_classes * num_classes).reshape(
         num_classes, num_classes)
@@ -189,14 +190,14 @@ def summarize(matrix):
     per_class = {
         name: {"num_examples": int(total), "num_correct": int(hits),
                "accuracy": float(hits) / total if total else None}
-        for name, hits, total in zip(cifar10.CLASS_NAMES, correct, totals)}
+        for name, hits, total in zip(cifar10_facts.CLASS_NAMES, correct, totals)}
     num_examples = int(matrix.sum())
     return {
         "num_examples": num_examples,
         "num_correct": int(correct.sum()),
         "accuracy": float(correct.sum()) / num_examples if num_examples else None,
         "per_class": per_class,
-        "class_names": list(cifar10.CLASS_NAMES),
+        "class_names": list(cifar10_facts.CLASS_NAMES),
         "confusion_matrix": matrix.tolist(),
     }
 
@@ -214,7 +215,7 @@ def format_report(results, what_lines):
       results: dict of summarize, with subset.
       what_lines: lines that say what was evaluated, printed first.
     """
-    width = max(len(name) for name in cifar10.CLASS_NAMES) + 1
+    width = max(len(name) for name in cifar10_facts.CLASS_NAMES) + 1
     lines = list(what_lines) + [
         "subset: %s, %d examples" % (results["subset"], results["num_examples"]),
         "accuracy: %s" % _fraction(results["accuracy"], results["num_correct"],
@@ -222,19 +223,20 @@ def format_report(results, what_lines):
         "",
         "per-class accuracy:",
     ]
-    for name in cifar10.CLASS_NAMES:
+    for name in cifar10_facts.CLASS_NAMES:
         entry = results["per_class"][name]
         lines.append("  %-*s %s" % (width, name, _fraction(
             entry["accuracy"], entry["num_correct"], entry["num_examples"])))
     lines += ["", "confusion matrix (rows: true class, columns: predicted class):",
-              " " * width + "".join("%*s" % (width, name) for name in cifar10.CLASS_NAMES)]
-    for name, row in zip(cifar10.CLASS_NAMES, results["confusion_matrix"]):
+              " " * width + "".join("%*s" % (width, name)
+                                    for name in cifar10_facts.CLASS_NAMES)]
+    for name, row in zip(cifar10_facts.CLASS_NAMES, results["confusion_matrix"]):
         lines.append("%-*s" % (width, name) + "".join("%*d" % (width, count) for count in row))
     return "\n".join(lines)
 
 
 def _global_step(checkpoint):
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     reader = tf.train.load_checkpoint(checkpoint)
     if not reader.has_tensor("global_step"):
         return None

@@ -19,10 +19,10 @@ import typing
 
 import numpy as np
 
-from cifar10_estimator import cifar10
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invoked_program,
                                    option, option_fields, parse, quiet_tensorflow_logs,
                                    run_command)
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import options as shared
 
@@ -73,7 +73,7 @@ def load_image_bytes_signature(export_dir):
 
 def image_bytes_classifier(export_dir):
     """classify(encoded image) -> probabilities [10], by the export's image_bytes signature."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps predict's --help and flag errors fast
     _, signature = load_image_bytes_signature(export_dir)
     return lambda encoded: signature(image_bytes=tf.constant([encoded]))[
         "probabilities"].numpy()[0]
@@ -94,7 +94,7 @@ def top_classes(probabilities, k):
     Ties keep class order, so the first entry is the signature's argmax class.
     """
     order = np.argsort(-probabilities, kind="stable")[:k]
-    return [(cifar10.CLASS_NAMES[index], float(probabilities[index]))
+    return [(cifar10_facts.CLASS_NAMES[index], float(probabilities[index]))
             for index in order]
 
 
@@ -104,7 +104,7 @@ def read_image_file(path):
     Raises:
       Cifar10EstimatorError: the file cannot be read or is not an image TensorFlow decodes.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps predict's --help and flag errors fast
     if not tf.io.gfile.exists(path):
         raise Cifar10EstimatorError("%s: no such file" % path)
     try:
@@ -115,7 +115,7 @@ def read_image_file(path):
     try:
         # Decoded here first, as the classifier will, so that only a bad image is blamed
         # on the image (the signature's errors come as multi-line graph traces).
-        tf.io.decode_image(encoded, channels=cifar10.DEPTH, expand_animations=False)
+        tf.io.decode_image(encoded, channels=cifar10_facts.DEPTH, expand_animations=False)
     except tf.errors.InvalidArgumentError:
         raise Cifar10EstimatorError(
             "%s: cannot decode it: not a PNG, JPEG, GIF or BMP image, or damaged" % path)
@@ -124,9 +124,9 @@ def read_image_file(path):
 
 def main(argv):
     args = parse(build_parser(), PredictOptions, argv)
-    if not 1 <= args.top_k <= cifar10.NUM_CLASSES:
+    if not 1 <= args.top_k <= cifar10_facts.NUM_CLASSES:
         raise UsageError("--top-k must be between 1 and %d, got %d"
-                         % (cifar10.NUM_CLASSES, args.top_k))
+                         % (cifar10_facts.NUM_CLASSES, args.top_k))
     # One C++ warning per undecodable image would drown the output.
     quiet_tensorflow_logs("2", "ERROR")
 

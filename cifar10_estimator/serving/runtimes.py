@@ -59,7 +59,7 @@ def load_saved_model(export_dir):
     Raises:
       Cifar10EstimatorError: no loadable export there.
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
     from cifar10_estimator.serving import export
     path = export.resolve_export_dir(export_dir)
     try:
@@ -75,7 +75,7 @@ class SavedModelRunner:
     format_name = "SavedModel"
 
     def __init__(self, export_dir):
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
         from cifar10_estimator.serving import export
         self.path, model = load_saved_model(export_dir)
         if export.SERVING_SIGNATURE not in model.signatures:
@@ -88,7 +88,7 @@ class SavedModelRunner:
             tf.config.threading.get_intra_op_parallelism_threads() or cpu_threads()))
 
     def predict(self, images):
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
         outputs = self._signature(**{IMAGES_KEY: tf.constant(images, tf.uint8)})
         return {key: outputs[key].numpy() for key in OUTPUT_KEYS}
 
@@ -99,7 +99,7 @@ class TFLiteRunner:
     format_name = "TensorFlow Lite"
 
     def __init__(self, path, num_threads=None):
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
         from cifar10_estimator.serving import export
         self.path = path
         num_threads = num_threads or cpu_threads()

@@ -1,8 +1,11 @@
-"""The learning rate over a run: the step it ends at, and the rate at every step.
+"""A run's schedule: the step it ends at, the learning rate at every step, and the steps
+that train on shrunk images.
 
 Given HParams, this module answers every question about the schedule: the last step,
 the drops, the rate at any step (the tensor the trainer's optimizer reads, which the
-tests evaluate), and the one line the log prints about it. Nothing else computes a rate.
+tests evaluate), how many of the first steps train at --low-resolution pixels
+(--low-resolution-epochs), and the one line the log prints about it all. Nothing else
+computes a rate.
 
 The tutorial trains 80000 global steps and multiplies its base rate by 0.1, 0.01 and
 0.002 after epochs 82, 123 and 300: the ResNet paper's drops at 32k and 48k of its 64k
@@ -119,7 +122,7 @@ def _decay_span(hparams):
 def learning_rate_tensor(hparams, global_step):
     """The rate at global_step (an int64 tensor), as a scalar float32 tensor."""
     import numpy as np
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     base = base_learning_rate(hparams)
     if hparams.learning_rate_schedule == "piecewise":
         boundaries, factors = drops(hparams)
