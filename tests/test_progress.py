@@ -46,7 +46,9 @@ def progress_lines(messages):
 
 
 @pytest.mark.parametrize("secs, text", [
-    (0.4, "about 0 s"), (45, "about 45 s"), (89, "about 89 s"), (90, "about 2 min"),
+    (0.4, "about 0 s"), (45, "about 45 s"), (89, "about 89 s"), (90, "about 1 min 30 s"),
+    (176, "about 3 min"), (271, "about 4 min 30 s"), (594, "about 9 min 50 s"),
+    (596, "about 10 min"),
     (21 * 60 + 10, "about 21 min"), (3569, "about 59 min"), (3600, "about 1 h"),
     (95 * 60, "about 1 h 35 min"),
 ])
@@ -202,8 +204,8 @@ def test_evaluations_after_checkpoints_count_as_time_outside_training(
     # stretched by wall time over training time: 39.5 / 9.5 at step 20, 72 / 12 at 25.
     assert progress_lines(tensorflow_info_messages) == [
         "step 10/100 (10 %), 64 examples/sec, about 45 s to go",
-        "step 20/100 (20 %), 64 examples/sec, about 3 min to go",
-        "step 25/100 (25 %), 64 examples/sec, about 4 min to go",
+        "step 20/100 (20 %), 64 examples/sec, about 2 min 50 s to go",
+        "step 25/100 (25 %), 64 examples/sec, about 3 min 50 s to go",
     ]
     assert progress.estimate().seconds_to_go == pytest.approx(75 / 2 * 72 / 12)
 
@@ -299,10 +301,10 @@ def test_the_evaluations_to_come_are_timed_from_training_until_one_is_measured()
                                         clock=clock, evaluations=plan)
     progress.record(0)
     train_steady(progress, clock, 0, 50, steps_per_sec=1)
-    # 10 training examples a second: 30 views a second, as a view is one forward pass.
+    # 10 training examples a second: 40 views a second.
     set_up = run_progress.EVALUATION_SET_UP_SECS
-    evaluation = 1000 / 30 + set_up + run_progress.EXPORT_SECS
-    final = 3000 / 30 + 2 * set_up + run_progress.EXPORT_SECS
+    evaluation = 1000 / 40 + set_up + run_progress.EXPORT_SECS
+    final = 3000 / 40 + 2 * set_up + run_progress.EXPORT_SECS
     # 150 s of training to go, 50 s after the start: one evaluation comes within it.
     assert progress.estimate().seconds_to_go == pytest.approx(150 + evaluation + final)
 
@@ -324,7 +326,7 @@ def test_training_phases_follow_the_low_resolution_epochs():
                                   low_resolution=24, num_train_examples=64000,
                                   train_batch_size=128)
     assert run_progress.training_phases(hparams, 32) == (
-        run_progress.TrainingPhase(250, pytest.approx(0.15 + 0.85 * (24 / 32) ** 2)),
+        run_progress.TrainingPhase(250, pytest.approx(0.25 + 0.75 * (24 / 32) ** 2)),
         run_progress.TrainingPhase(1000))
     assert run_progress.training_phases(job_hparams.HParams(train_steps=1000), 32) == (
         run_progress.TrainingPhase(1000),)

@@ -27,14 +27,15 @@ PROGRESS_WINDOW_SECS = 300
 # A phase is rated from its own steps once it has trained this long: its first steps
 # include the set-up of kernels for the new image size.
 PHASE_SETTLING_SECS = 10
-# A training example costs about three forward passes (the backward pass about two):
-# the cost of one evaluated view of an image before an evaluation was timed.
-FORWARD_PASSES_PER_TRAINING_EXAMPLE = 3.0
+# A training example costs about four evaluated views of an image: the backward pass
+# costs about twice the forward one, and evaluations run larger batches without the
+# optimizer. The cost of a view before an evaluation was timed (docs/training.md).
+FORWARD_PASSES_PER_TRAINING_EXAMPLE = 4.0
 # The share of a full-size training step's time that does not shrink with the images: the
 # session's and hooks' work per step, the optimizer's update, the input pipeline's. With
-# it a step on 24-pixel images costs 0.64 of a 32-pixel one (1.6x as fast), as the quick
-# recipe's steps measure (docs/training.md), where the pixels alone would say 0.56.
-FIXED_STEP_SHARE = 0.15
+# it a step on 24-pixel images costs 0.67 of a 32-pixel one, where the pixels alone would
+# say 0.56; the manual gives the quick recipe's measured steps (docs/training.md).
+FIXED_STEP_SHARE = 0.25
 # Each evaluation's graph build and restore, and each export, beyond its forward passes.
 EVALUATION_SET_UP_SECS = 2.0
 EXPORT_SECS = 1.0
@@ -355,9 +356,14 @@ def _log_progress_line(estimate):
 
 
 def duration_text(secs):
-    """A duration as a person would say it: 'about 45 s', 'about 21 min', 'about 1 h 35 min'."""
+    """A duration as a person would say it: 'about 45 s', 'about 4 min 30 s', 'about 21 min',
+    'about 1 h 35 min'. Under ten minutes to the nearest 10 s, so that the last minutes
+    are not rounded by a third."""
     if round(secs) < 90:
         return "about %d s" % round(secs)
+    if secs < 595:
+        minutes, tens = divmod(int(secs / 10 + 0.5), 6)
+        return "about %d min %d0 s" % (minutes, tens) if tens else "about %d min" % minutes
     minutes = round(secs / 60)
     if minutes < 60:
         return "about %d min" % minutes
