@@ -44,6 +44,9 @@ def main(argv):
         # they go to the log file.
         flags.quiet_tensorflow_logs()
         flags.validate(settings, task)
+        # Loaded here, once the flags are good: what its C++ side prints at start-up
+        # is held with the rest for the log file.
+        import tensorflow  # noqa: F401  lazy: keeps the trainer's --help and flag errors fast
     with disk_faults_named(settings.job_dir), hold_job_dir(settings.job_dir, task), \
             run_console_of(settings, task, startup_output.text) as run_console, \
             stop_signals_of(task) as signals:
