@@ -301,10 +301,10 @@ def test_the_evaluations_to_come_are_timed_from_training_until_one_is_measured()
                                         clock=clock, evaluations=plan)
     progress.record(0)
     train_steady(progress, clock, 0, 50, steps_per_sec=1)
-    # 10 training examples a second: 40 views a second.
+    # 10 training examples a second: 50 views a second.
     set_up = run_progress.EVALUATION_SET_UP_SECS
-    evaluation = 1000 / 40 + set_up + run_progress.EXPORT_SECS
-    final = 3000 / 40 + 2 * set_up + run_progress.EXPORT_SECS
+    evaluation = 1000 / 50 + set_up + run_progress.EXPORT_SECS
+    final = 3000 / 50 + 2 * set_up + run_progress.EXPORT_SECS
     # 150 s of training to go, 50 s after the start: one evaluation comes within it.
     assert progress.estimate().seconds_to_go == pytest.approx(150 + evaluation + final)
 

@@ -27,10 +27,10 @@ PROGRESS_WINDOW_SECS = 300
 # A phase is rated from its own steps once it has trained this long: its first steps
 # include the set-up of kernels for the new image size.
 PHASE_SETTLING_SECS = 10
-# A training example costs about four evaluated views of an image: the backward pass
+# A training example costs about five evaluated views of an image: the backward pass
 # costs about twice the forward one, and evaluations run larger batches without the
 # optimizer. The cost of a view before an evaluation was timed (docs/training.md).
-FORWARD_PASSES_PER_TRAINING_EXAMPLE = 4.0
+FORWARD_PASSES_PER_TRAINING_EXAMPLE = 5.0
 # The share of a full-size training step's time that does not shrink with the images: the
 # session's and hooks' work per step, the optimizer's update, the input pipeline's. With
 # it a step on 24-pixel images costs 0.67 of a 32-pixel one, where the pixels alone would
