@@ -27,6 +27,7 @@ from cifar10_estimator.cli import (ArgumentParser, non_negative_int, option, par
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.training import console
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import recipes
 from cifar10_estimator.training import schedule
@@ -351,14 +352,14 @@ def _resolved_precision(settings, task):
         return settings.hparams.precision
     if task and not task.is_trainer:
         return "fp32"
-    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if settings.hparams.deterministic:
-        tf.compat.v1.logging.info("--precision auto takes fp32: --deterministic runs in fp32")
+        console.console_logger().info(
+            "--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
     from cifar10_estimator.machine import hardware, precision_speed
     name, line = precision_speed.fastest_precision(
         settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())
-    tf.compat.v1.logging.info(line)
+    console.console_logger().info(line)
     return name
 
 

@@ -48,14 +48,15 @@ def main(argv):
         # is held with the rest for the log file.
         import tensorflow  # noqa: F401  lazy: keeps the trainer's --help and flag errors fast
     with disk_faults_named(settings.job_dir), hold_job_dir(settings.job_dir, task), \
-            run_console_of(settings, task, startup_output.text) as run_console, \
             stop_signals_of(task) as signals:
         with stderr_dropped_on_user_error():
             # Before any graph: the reader would fail only inside training, after the
-            # first checkpoint, or read a file cut short without a word.
+            # first checkpoint, or read a file cut short without a word. Before the log
+            # file too: damaged data leaves the job dir as it was.
             for subset in flags.subsets_read(settings, task):
                 tfrecord_format.check_tfrecords(settings.data_dir, subset)
-        train_and_evaluate(flags.resolve(settings, task), task, signals, run_console)
+        with run_console_of(settings, task, startup_output.text) as run_console:
+            train_and_evaluate(flags.resolve(settings, task), task, signals, run_console)
 
 
 @contextlib.contextmanager

@@ -437,42 +437,60 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
                 global_step=global_step)
             train_op = tf.group(apply_op, *update_ops)
 
-            batch_accuracy = tf.reduce_mean(tf.cast(
-                tf.equal(tf.cast(stacked_labels, tf.int64), predictions["classes"]), tf.float32))
-            tf.compat.v1.summary.scalar("learning_rate", learning_rate)
-            # The evaluations' tag for their accuracy, so the curves lie over each other.
-            tf.compat.v1.summary.scalar("accuracy", batch_accuracy)
-            tf.compat.v1.summary.image(
-                "images", tf.cast(features[0], tf.uint8), max_outputs=NUM_SUMMARY_IMAGES)
-            logged = {"learning_rate": learning_rate, "loss": loss}
-            if loss_scale is not None:
-                tf.compat.v1.summary.scalar("loss_scale", loss_scale.scale)
-                logged["loss_scale"] = loss_scale.scale
-            optional_variables = [
-                holder.optional_variables() for holder in (loss_scale, weight_averages)
-                if holder is not None] + _input_seeds_optional()
-            scaffold = None
-            if optional_variables:
-                scaffold = tf.compat.v1.train.Scaffold(
-                    saver=_checkpoint_saver(config, optional_variables))
+            logged = _training_summaries(learning_rate, loss, stacked_labels,
+                                         predictions["classes"], features[0], loss_scale)
+            scaffold = _training_scaffold(config, loss_scale, weight_averages)
 
-        hooks = optimizer_hooks + [
-            tf.compat.v1.train.LoggingTensorHook(logged, every_n_iter=LOSS_LOG_EVERY_N_STEPS),
-            cifar10_utils.ExamplesPerSecondHook(
-                hparams.train_batch_size, every_n_steps=EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS,
-                examples_per_global_step=(
-                    hparams.examples_per_global_step if hparams.num_workers > 1 else None)),
-        ]
-        if progress is not None:
-            hooks.append(run_progress.ProgressHook(
-                progress, every_n_steps=PROGRESS_LOG_EVERY_N_STEPS,
-                summary_dir=config.model_dir if config and config.is_chief else None,
-                summary_every_n_steps=config.save_summary_steps if config else 100))
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
-            training_hooks=hooks, scaffold=scaffold)
+            training_hooks=optimizer_hooks + _training_hooks(hparams, logged, progress, config),
+            scaffold=scaffold)
 
     return model_fn
+
+
+def _training_summaries(learning_rate, loss, labels, classes, images, loss_scale=None):
+    """TensorBoard's training summaries; returns the tensors the log shows every 100 steps."""
+    batch_accuracy = tf.reduce_mean(tf.cast(
+        tf.equal(tf.cast(labels, tf.int64), classes), tf.float32))
+    tf.compat.v1.summary.scalar("learning_rate", learning_rate)
+    # The evaluations' tag for their accuracy, so the curves lie over each other.
+    tf.compat.v1.summary.scalar("accuracy", batch_accuracy)
+    tf.compat.v1.summary.image("images", tf.cast(images, tf.uint8),
+                               max_outputs=NUM_SUMMARY_IMAGES)
+    logged = {"learning_rate": learning_rate, "loss": loss}
+    if loss_scale is not None:
+        tf.compat.v1.summary.scalar("loss_scale", loss_scale.scale)
+        logged["loss_scale"] = loss_scale.scale
+    return logged
+
+
+def _training_scaffold(config, loss_scale, weight_averages):
+    """The training Scaffold, with a Saver that resumes checkpoints lacking the optional
+    variables (fp16's loss scale, the weights' averages, the stream's seeds); or None."""
+    optional_variables = [
+        holder.optional_variables() for holder in (loss_scale, weight_averages)
+        if holder is not None] + _input_seeds_optional()
+    if not optional_variables:
+        return None
+    return tf.compat.v1.train.Scaffold(saver=_checkpoint_saver(config, optional_variables))
+
+
+def _training_hooks(hparams, logged, progress, config):
+    """The tutorial's logging hooks, and the run's progress where there is one."""
+    hooks = [
+        tf.compat.v1.train.LoggingTensorHook(logged, every_n_iter=LOSS_LOG_EVERY_N_STEPS),
+        cifar10_utils.ExamplesPerSecondHook(
+            hparams.train_batch_size, every_n_steps=EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS,
+            examples_per_global_step=(
+                hparams.examples_per_global_step if hparams.num_workers > 1 else None)),
+    ]
+    if progress is not None:
+        hooks.append(run_progress.ProgressHook(
+            progress, every_n_steps=PROGRESS_LOG_EVERY_N_STEPS,
+            summary_dir=config.model_dir if config and config.is_chief else None,
+            summary_every_n_steps=config.save_summary_steps if config else 100))
+    return hooks
 
 
 def _input_seeds_optional():

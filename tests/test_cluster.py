@@ -349,8 +349,10 @@ def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers):
 def assert_only_the_chief_saves(output, job_dir):
     assert any("Saving checkpoints" in line for line in task_lines(output, "chief"))
     assert not any("Saving checkpoints" in line for line in task_lines(output, "worker0"))
-    assert len([name for name in os.listdir(str(job_dir))
-                if name.startswith("events.out.tfevents")]) == 1
+    events = [name for name in os.listdir(str(job_dir)) if name.startswith("events.out.tfevents")]
+    # The training summaries' file, and the hyper-parameters' for TensorBoard's dashboard.
+    assert len([name for name in events if not name.endswith(".hparams")]) == 1
+    assert len([name for name in events if name.endswith(".hparams")]) == 1
     with open(os.path.join(str(job_dir), "hparams.json")) as stream:
         assert json.load(stream)["hparams"]["num_workers"] == 2
 

@@ -107,7 +107,10 @@ def test_a_second_trainer_on_a_held_job_dir_ends_at_once_and_the_first_is_unharm
     assert first.process.wait(DEADLINE_SECS) == 0, first.log()[-3000:]
     # The checkpoints and summaries of one run: every 20 steps, the last 5 kept.
     assert checkpoint_steps(job_dir) == [20, 40, 60, 80, 100]
-    assert len(glob.glob(str(job_dir / "events.out.tfevents.*"))) == 1
+    events = glob.glob(str(job_dir / "events.out.tfevents.*"))
+    # The training summaries' file, and the hyper-parameters' for TensorBoard's dashboard.
+    assert len([path for path in events if not path.endswith(".hparams")]) == 1
+    assert len([path for path in events if path.endswith(".hparams")]) == 1
     assert "Traceback" not in first.log()
 
 

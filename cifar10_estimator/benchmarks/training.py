@@ -133,7 +133,8 @@ def trainer_argv(run, data_dir, job_dir, warmup_steps, timed_steps):
     train_steps = total_steps(warmup_steps, timed_steps)
     data_flags = (["--use-synthetic-data"] if run.data == "synthetic"
                   else ["--data-dir", data_dir])
-    return ([sys.executable, "-m", "cifar10_estimator.main"] + data_flags + [
+    # --verbose: the throughput lines this reads as they come are TensorFlow's log.
+    return ([sys.executable, "-m", "cifar10_estimator.main", "--verbose"] + data_flags + [
         "--job-dir", job_dir, "--num-gpus", "0", "--num-cpu-towers", str(run.num_cpu_towers),
         "--num-layers", str(run.num_layers), "--train-batch-size", str(run.batch_size),
         "--eval-batch-size", str(EVAL_BATCH_SIZE), "--train-steps", str(train_steps),
