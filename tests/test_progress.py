@@ -330,3 +330,18 @@ def test_training_phases_follow_the_low_resolution_epochs():
         run_progress.TrainingPhase(1000))
     assert run_progress.training_phases(job_hparams.HParams(train_steps=1000), 32) == (
         run_progress.TrainingPhase(1000),)
+
+
+def test_a_phases_slow_first_seconds_rate_it_only_until_it_has_trained_longer():
+    clock = FakeClock()
+    progress = run_progress.RunProgress(last_step=1000, examples_per_global_step=10,
+                                        clock=clock)
+    progress.record(0)
+    # The first PHASE_SETTLING_SECS at 1 step a second: all there is, so they rate it.
+    train_steady(progress, clock, 0, 20, steps_per_sec=1)
+    assert progress.estimate().examples_per_sec == 10
+    # After them, 4 steps a second: the slow start no longer counts.
+    train_steady(progress, clock, 20, 100, steps_per_sec=4)
+    estimate = progress.estimate()
+    assert estimate.examples_per_sec == 40
+    assert estimate.seconds_to_go == pytest.approx(900 / 4)

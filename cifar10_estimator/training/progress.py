@@ -24,9 +24,10 @@ from cifar10_estimator.training import schedule
 # The rate behind the time to go comes from about this much recent training: long enough
 # to smooth over a checkpoint or a slow batch, short enough to follow a change of speed.
 PROGRESS_WINDOW_SECS = 300
-# A phase is rated from its own steps once it has trained this long: its first steps
-# include the set-up of kernels for the new image size.
-PHASE_SETTLING_SECS = 10
+# A phase's first seconds of training are slower (the start of training, and after a
+# change of image size the set-up of kernels and memory for it): they rate the phase only
+# until it has trained longer, and the phase before it rates it meanwhile.
+PHASE_SETTLING_SECS = 20
 # A training example costs about five evaluated views of an image: the backward pass
 # costs about twice the forward one, and evaluations run larger batches without the
 # optimizer. The cost of a view before an evaluation was timed (docs/training.md).
@@ -160,7 +161,7 @@ class RunProgress:
         self._paused_since = None
         self._training_secs = 0.0
         self._outside_secs = 0.0
-        self._windows = [_RateWindow(window_secs) for _ in self._phases]
+        self._windows = [_RateWindow(window_secs, PHASE_SETTLING_SECS) for _ in self._phases]
         self._evaluation_secs = 0.0
         self._evaluation_views = 0
         self._num_evaluations = 0
@@ -247,10 +248,9 @@ class RunProgress:
         """Global steps/sec of each phase: measured where it has trained long enough
         (or where no phase has), else scaled from the nearest measured phase before it
         (after it, for phases before the first measured one). None: no rate yet."""
-        measured = [window.steps_per_sec() for window in self._windows]
-        settled = [rate if rate and (window.total_secs >= PHASE_SETTLING_SECS
-                                     or not any(self._settled_windows())) else None
-                   for rate, window in zip(measured, self._windows)]
+        any_settled = any(window.settled for window in self._windows)
+        settled = [window.steps_per_sec() if window.settled or not any_settled else None
+                   for window in self._windows]
         known = [index for index, rate in enumerate(settled) if rate]
         if not known:
             return None
@@ -264,9 +264,6 @@ class RunProgress:
             rates.append(settled[source] * self._phases[source].relative_cost
                          / phase.relative_cost)
         return rates
-
-    def _settled_windows(self):
-        return [window.total_secs >= PHASE_SETTLING_SECS for window in self._windows]
 
     def _steps_to_go_per_phase(self):
         steps, start = [], 0
@@ -317,17 +314,30 @@ class RunProgress:
 
 
 class _RateWindow:
-    """Global steps and seconds of the newest training intervals spanning window_secs."""
+    """Global steps and seconds of a phase's newest training intervals spanning
+    window_secs, after its first settling_secs (kept apart, for until there are more)."""
 
-    def __init__(self, window_secs):
+    def __init__(self, window_secs, settling_secs=0.0):
         self._window_secs = window_secs
+        self._settling_secs = settling_secs
         self._intervals = collections.deque()
         self._secs = 0.0
         self._steps = 0
-        self.total_secs = 0.0  # all the training seen, not only the window's
+        self._settling = [0.0, 0]  # secs and global steps of the first settling_secs
+        self._total_secs = 0.0
+
+    @property
+    def settled(self):
+        """Whether intervals after the first settling_secs rate the phase."""
+        return bool(self._intervals) and self._steps > 0
 
     def add(self, secs, global_steps):
-        self.total_secs += secs
+        settling = self._total_secs < self._settling_secs
+        self._total_secs += secs
+        if settling:
+            self._settling[0] += secs
+            self._settling[1] += global_steps
+            return
         self._intervals.append((secs, global_steps))
         self._secs += secs
         self._steps += global_steps
@@ -337,9 +347,11 @@ class _RateWindow:
             self._steps -= oldest_steps
 
     def steps_per_sec(self):
-        """Global steps/sec over the window, or None before a step in a timed interval."""
-        if self._secs > 0 and self._steps > 0:
-            return self._steps / self._secs
+        """Global steps/sec over the window, or over the settling seconds while there is
+        nothing after them; None before a step in a timed interval."""
+        secs, steps = (self._secs, self._steps) if self.settled else self._settling
+        if secs > 0 and steps > 0:
+            return steps / secs
         return None
 
 
