@@ -171,9 +171,15 @@ def _inference(images, hparams, dtype):
     return all_logits[0], probabilities / float(len(views))
 
 
+# The shifted views' (top, left) offsets in the padded image, in units of the shift:
+# right, left, down and up.
+SHIFT_OFFSETS = ((1, 0), (1, 2), (0, 1), (2, 1))
+
+
 def num_views(hparams):
     """How many views of each image an evaluation or prediction averages (_views)."""
-    return (5 if hparams.eval_shifts else 1) * (2 if hparams.eval_flips else 1)
+    return (1 + (len(SHIFT_OFFSETS) if hparams.eval_shifts else 0)) * (
+        2 if hparams.eval_flips else 1)
 
 
 def _views(images, shift, flips):
@@ -183,8 +189,9 @@ def _views(images, shift, flips):
     if shift:
         padded = tf.pad(images, [[0, 0], [shift, shift], [shift, shift], [0, 0]])
         height, width = images.shape[1], images.shape[2]
-        for top, left in ((shift, 0), (shift, 2 * shift), (0, shift), (2 * shift, shift)):
-            views.append(padded[:, top:top + height, left:left + width, :])
+        for top, left in SHIFT_OFFSETS:
+            views.append(padded[:, top * shift:top * shift + height,
+                                left * shift:left * shift + width, :])
     if flips:
         views += [tf.image.flip_left_right(view) for view in views]
     return views

@@ -119,10 +119,6 @@ class RunConsole:
             self._file.close()
         return False
 
-    @property
-    def verbose(self):
-        return self._verbose
-
     def startup_output(self, text):
         """What the C++ side wrote to file descriptor 2 before the console was set up:
         every line to the log file, those not in STARTUP_NOTICES to the console too."""
@@ -198,7 +194,7 @@ class _ConsoleHandler(logging.Handler):
                 self._last_redraw = now
                 self._clear_progress()
                 self._progress_drawn = _fit_to_terminal(
-                    "%s %s" % (_bar(fraction_done), line), self._stream)
+                    "%s %s" % (_bar(fraction_done), line))
                 self._stream.write(self._progress_drawn)
                 self._stream.flush()
                 if fraction_done >= 1:
@@ -247,7 +243,7 @@ def _bar(fraction_done):
     return "[%s%s]" % ("=" * filled, " " * (PROGRESS_BAR_WIDTH - filled))
 
 
-def _fit_to_terminal(text, stream):
+def _fit_to_terminal(text):
     # A line longer than the terminal wraps, and "\r" then returns to its second half.
     width = shutil.get_terminal_size((80, 24)).columns
     return text[:max(10, width - 1)]

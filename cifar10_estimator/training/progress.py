@@ -371,16 +371,21 @@ def duration_text(secs):
     """A duration as a person would say it: 'about 45 s', 'about 4 min 30 s', 'about 21 min',
     'about 1 h 35 min'. Under ten minutes to the nearest 10 s, so that the last minutes
     are not rounded by a third."""
+    return "about " + _duration(secs)
+
+
+def _duration(secs):
+    """duration_text without its 'about', for a duration measured."""
     if round(secs) < 90:
-        return "about %d s" % round(secs)
+        return "%d s" % round(secs)
     if secs < 595:
         minutes, tens = divmod(int(secs / 10 + 0.5), 6)
-        return "about %d min %d0 s" % (minutes, tens) if tens else "about %d min" % minutes
+        return "%d min %d0 s" % (minutes, tens) if tens else "%d min" % minutes
     minutes = round(secs / 60)
     if minutes < 60:
-        return "about %d min" % minutes
+        return "%d min" % minutes
     hours, minutes = divmod(minutes, 60)
-    return "about %d h %d min" % (hours, minutes) if minutes else "about %d h" % hours
+    return "%d h %d min" % (hours, minutes) if minutes else "%d h" % hours
 
 
 def progress_line(estimate):
@@ -556,7 +561,7 @@ class EvaluationLineExporter(tf.estimator.Exporter):
                is_the_final_export):
         took = ""
         if self._progress is not None and self._progress.last_evaluation_secs is not None:
-            took = ", %s" % duration_text(self._progress.last_evaluation_secs)[len("about "):]
+            took = ", %s" % _duration(self._progress.last_evaluation_secs)
         console.console_logger().info(
             "evaluation of step %d on the %s: accuracy %.2f %%, loss %.4f%s",
             eval_result["global_step"], self._evaluated, 100 * eval_result["accuracy"],
