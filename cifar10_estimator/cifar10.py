@@ -155,9 +155,9 @@ class Cifar10DataSet:
         whole_file = tf.data.Dataset.zip((
             _read_whole_file(self.filename), seeds,
             tf.data.Dataset.from_tensors(tf.cast(first_batch, tf.int64))))
-        dataset = whole_file.flat_map(
+        dataset = whole_file.flat_map(without_autograph(
             lambda examples, seeds, first_batch: self._batches(
-                examples, seeds, batch_size, first_batch)
+                examples, seeds, batch_size, first_batch))
         ).prefetch(_PREFETCH_BATCHES)
         return dataset.with_options(_fixed_size_options())
 
@@ -188,8 +188,8 @@ class Cifar10DataSet:
             def take_images(batch_number, indices, epochs):
                 return gather_images(images, indices)
         return index_batches.enumerate(start=first_batch).map(
-            lambda batch_number, batch: (take_images(batch_number, *batch),
-                                         tf.gather(labels, batch[0])),
+            without_autograph(lambda batch_number, batch: (take_images(batch_number, *batch),
+                                                           tf.gather(labels, batch[0]))),
             num_parallel_calls=_PARALLEL_BATCHES)
 
     def _epoch_orders(self, num_examples, seed, first_position):
@@ -211,7 +211,18 @@ class Cifar10DataSet:
                     tf.range(num_examples), tf.random.experimental.stateless_fold_in(seed, epoch))
             order = order[tf.where(tf.equal(epoch, first_epoch), served_in_first_epoch, 0):]
             return order, tf.fill(tf.shape(order), epoch)
-        return tf.data.Dataset.counter(start=first_epoch).map(order_of)
+        return tf.data.Dataset.counter(start=first_epoch).map(without_autograph(order_of))
+
+
+def without_autograph(function):
+    """`function` for tf.data to trace as written, without autograph's conversion.
+
+    tf.data converts each function it traces with autograph, which parses and rewrites its
+    source (and that of every function it calls) at each graph build: a third of a
+    second of a small run's start-up and of each of its evaluations. The pipeline's
+    functions branch only on Python values, so the conversion changes nothing but time.
+    """
+    return tf.autograph.experimental.do_not_convert(function)
 
 
 def gather_images(images, indices):
@@ -284,7 +295,7 @@ def _read_whole_file(filename, max_examples=None):
     records = tf.data.TFRecordDataset(filename, buffer_size=_READ_BUFFER_BYTES)
     if max_examples is not None:
         records = records.take(max_examples)
-    return records.batch(_MAX_RECORDS_PER_FILE).map(_decode_records)
+    return records.batch(_MAX_RECORDS_PER_FILE).map(without_autograph(_decode_records))
 
 
 def _decode_records(serialized):

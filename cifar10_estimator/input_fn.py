@@ -81,8 +81,8 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
             dataset = cifar10.Cifar10DataSet(
                 data_dir, "train", use_distortion, max_shift, alternating_flips
             ).make_dataset(batch_size, seeds, first_batch)
-            return dataset.map(lambda images, labels: tuple(
-                tuple(shards) for shards in split_batch_into_towers(images, labels, num_towers)))
+            return dataset.map(cifar10.without_autograph(lambda images, labels: tuple(
+                tuple(shards) for shards in split_batch_into_towers(images, labels, num_towers))))
     return input_fn
 
 
@@ -115,7 +115,8 @@ def make_synthetic_input_fn(num_towers, batch_size, seed=0):
 
     def input_fn():
         with tf.device("/cpu:0"):
-            dataset = tf.data.Dataset.range(1).map(random_batch).cache().repeat()
+            dataset = tf.data.Dataset.range(1).map(
+                cifar10.without_autograph(random_batch)).cache().repeat()
             dataset = dataset.prefetch(1)
             images, labels = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
             return split_batch_into_towers(images, labels, num_towers)

@@ -66,7 +66,7 @@ def decode_and_resize(encoded_image):
 def serving_input_receiver_fn():
     """The ServingInputReceiver of both signatures: raw images, or encoded image files."""
     image_bytes = tf.compat.v1.placeholder(tf.string, [None], name=IMAGE_BYTES_KEY)
-    decoded = tf.map_fn(decode_and_resize, image_bytes,
+    decoded = tf.map_fn(cifar10.without_autograph(decode_and_resize), image_bytes,
                         fn_output_signature=tf.TensorSpec(_IMAGE_SHAPE, tf.uint8))
     # Feeding `images` cuts the graph above it, so serving_default never touches the
     # decoder, and image_bytes reaches the same network through the default value.
