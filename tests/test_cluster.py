@@ -346,15 +346,19 @@ def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers):
     assert sum(own for own, _ in rates.values()) == pytest.approx(cluster_rate, rel=0.2), rates
 
 
-def assert_only_the_chief_saves(output, job_dir):
+def assert_only_the_chief_saves(output, job_dir, num_workers=2):
+    """Only the chief saves and writes summaries; hparams.json counts the `num_workers`
+    trainers (the chief and every worker)."""
     assert any("Saving checkpoints" in line for line in task_lines(output, "chief"))
-    assert not any("Saving checkpoints" in line for line in task_lines(output, "worker0"))
+    for index in range(num_workers - 1):
+        assert not any("Saving checkpoints" in line
+                       for line in task_lines(output, "worker%d" % index))
     events = [name for name in os.listdir(str(job_dir)) if name.startswith("events.out.tfevents")]
     # The training summaries' file, and the hyper-parameters' for TensorBoard's dashboard.
     assert len([name for name in events if not name.endswith(".hparams")]) == 1
     assert len([name for name in events if name.endswith(".hparams")]) == 1
     with open(os.path.join(str(job_dir), "hparams.json")) as stream:
-        assert json.load(stream)["hparams"]["num_workers"] == 2
+        assert json.load(stream)["hparams"]["num_workers"] == num_workers
 
 
 @many_processes
@@ -404,39 +408,6 @@ def placements(lines):
 
 @many_processes
 @pytest.mark.slow
-def test_sync_cluster_steps_together_with_variables_on_the_ps(tiny_data_dir, tmp_path):
-    job_dir = tmp_path / "job"
-    result = launch(tiny_data_dir, job_dir, "--train-steps", "40", "--sync",
-                    "--num-cpu-towers", "2", "--log-device-placement")
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-5000:]
-    # Each update waits for a gradient of both, so both start at step 0 and the
-    # run ends exactly at --train-steps, without the chief hanging on at the end.
-    assert loss_steps(task_lines(result.stdout, "chief"))[0] == 0
-    assert loss_steps(task_lines(result.stdout, "worker0"))[0] == 0
-    assert checkpoint_steps(job_dir)[-1] == 40
-    assert 0.0 <= eval_metrics(job_dir)[40]["accuracy"] <= 1.0
-    assert "Coordinator stopped with threads still running" not in result.stdout
-    assert "Traceback" not in result.stdout
-    assert_only_the_chief_saves(result.stdout, job_dir)
-    assert_trainer_rates_add_up_to_the_cluster_rate(result.stdout, ["chief", "worker0"])
-
-    for name, job in (("chief", "chief"), ("worker0", "worker")):
-        placed = placements(task_lines(result.stdout, name))
-        variables = {op: device for op, op_type, device in placed if op_type == "VarHandleOp"}
-        # SyncReplicasOptimizer keeps each worker's local step on the worker itself.
-        assert variables.pop("sync_rep_local_step") == (
-            "/job:%s/replica:0/task:0/device:CPU:0" % job)
-        assert "global_step" in variables and "resnet/conv2d/kernel" in variables
-        assert set(variables.values()) == {"/job:ps/replica:0/task:0/device:CPU:0"}, variables
-        towers = {(re.search(r"/tower_(\d)/", op).group(1), device)
-                  for op, op_type, device in placed
-                  if op_type in COMPUTE_OPS and "/tower_" in op}
-        assert towers == {("0", "/job:%s/replica:0/task:0/device:CPU:0" % job),
-                          ("1", "/job:%s/replica:0/task:0/device:CPU:1" % job)}, towers
-
-
-@many_processes
-@pytest.mark.slow
 def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_secs(
         tiny_data_dir, tmp_path, start_launcher):
     job_dir = tmp_path / "job"
@@ -479,13 +450,39 @@ def averages_and_weights(checkpoint):
             for name in reader.get_variable_to_shape_map() if name.endswith(AVERAGE_SUFFIX)}
 
 
+def assert_sync_trainers_step_together_on_their_towers(output, job_dir):
+    """A --sync run of the chief and two workers, each with two CPU towers: every update
+    waits for a gradient of each, so all start at step 0 and the chief does not hang on at
+    the end; each keeps its local step and its towers' compute on its own devices."""
+    trainers = [("chief", "chief", 0), ("worker0", "worker", 0), ("worker1", "worker", 1)]
+    for name, _, _ in trainers:
+        assert loss_steps(task_lines(output, name))[0] == 0, name
+    assert "Coordinator stopped with threads still running" not in output
+    assert_only_the_chief_saves(output, job_dir, num_workers=3)
+    assert_trainer_rates_add_up_to_the_cluster_rate(output, [name for name, _, _ in trainers])
+    for name, job, index in trainers:
+        device = "/job:%s/replica:0/task:%d/device:CPU:%%d" % (job, index)
+        placed = placements(task_lines(output, name))
+        variables = {op: place for op, op_type, place in placed if op_type == "VarHandleOp"}
+        # SyncReplicasOptimizer keeps each trainer's local step on the trainer itself.
+        assert variables.pop("sync_rep_local_step") == device % 0
+        assert "global_step" in variables and "resnet/conv2d/kernel" in variables
+        assert set(variables.values()) <= {"/job:ps/replica:0/task:%d/device:CPU:0" % ps
+                                           for ps in (0, 1)}, variables
+        towers = {(re.search(r"/tower_(\d)/", op).group(1), place)
+                  for op, op_type, place in placed
+                  if op_type in COMPUTE_OPS and "/tower_" in op}
+        assert towers == {("0", device % 0), ("1", device % 1)}, (name, towers)
+
+
 @many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [
     ("--train-steps", "30"),
-    # 15 epochs of 64 examples at 3 trainers x 8 per step end at step 30; the evaluator,
-    # which trains nothing, must count the trainers too to know it.
-    ("--sync", "--train-epochs", "15"),
+    # 20 epochs of 64 examples at 3 trainers x 8 per step end at step 40; the evaluator,
+    # which trains nothing, must count the trainers too to know it. Each trainer splits
+    # its batch over two CPU towers.
+    ("--sync", "--train-epochs", "20", "--num-cpu-towers", "2"),
 ], ids=["async", "sync"])
 def test_two_ps_hold_the_variables_with_their_averages_and_the_checkpoint_serves_on_one_machine(
         tiny_data_dir, tmp_path, mode_flags):
@@ -515,7 +512,8 @@ def test_two_ps_hold_the_variables_with_their_averages_and_the_checkpoint_serves
 
     if "--sync" in mode_flags:
         final_step = checkpoint_steps(job_dir)[-1]
-        assert final_step == 30
+        assert final_step == 40
+        assert_sync_trainers_step_together_on_their_towers(result.stdout, job_dir)
     else:
         final_step = assert_async_final_step(job_dir, 30, num_trainers=3)
     with open(str(job_dir / "test_results.json")) as stream:
@@ -622,6 +620,31 @@ def wait_for_port(address, timeout_secs=120):
         except OSError:
             assert time.monotonic() < deadline, "nothing listens on %s" % address
             time.sleep(0.2)
+
+
+def assert_sync_trainers_step_together_on_their_towers(output, job_dir):
+    """A --sync run of the chief and two workers, each with two CPU towers: every update
+    waits for a gradient of each, so all start at step 0 and the chief does not hang on at
+    the end; each keeps its local step and its towers' compute on its own devices."""
+    trainers = [("chief", "chief", 0), ("worker0", "worker", 0), ("worker1", "worker", 1)]
+    for name, _, _ in trainers:
+        assert loss_steps(task_lines(output, name))[0] == 0, name
+    assert "Coordinator stopped with threads still running" not in output
+    assert_only_the_chief_saves(output, job_dir, num_workers=3)
+    assert_trainer_rates_add_up_to_the_cluster_rate(output, [name for name, _, _ in trainers])
+    for name, job, index in trainers:
+        device = "/job:%s/replica:0/task:%d/device:CPU:%%d" % (job, index)
+        placed = placements(task_lines(output, name))
+        variables = {op: place for op, op_type, place in placed if op_type == "VarHandleOp"}
+        # SyncReplicasOptimizer keeps each trainer's local step on the trainer itself.
+        assert variables.pop("sync_rep_local_step") == device % 0
+        assert "global_step" in variables and "resnet/conv2d/kernel" in variables
+        assert set(variables.values()) <= {"/job:ps/replica:0/task:%d/device:CPU:0" % ps
+                                           for ps in (0, 1)}, variables
+        towers = {(re.search(r"/tower_(\d)/", op).group(1), place)
+                  for op, op_type, place in placed
+                  if op_type in COMPUTE_OPS and "/tower_" in op}
+        assert towers == {("0", device % 0), ("1", device % 1)}, (name, towers)
 
 
 @many_processes
