@@ -11,10 +11,12 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # TensorFlow 2.15 logs from C++ at import even when nothing is wrong (e.g. "Unable to
 # register cuDNN factory" on machines without CUDA); those lines are not ours.
-# Tests that start many TensorFlow processes at once (real clusters on 127.0.0.1, the
-# benchmark's trainers) take turns on one worker of a parallel run: side by side they would
-# crowd the cores, and clusters take ports that were free a moment before.
+# Tests that start many TensorFlow processes at once take turns on one worker of a parallel
+# run: real clusters on 127.0.0.1 (side by side they would crowd the cores, and each takes
+# ports that were free a moment before), and apart from them the benchmark's tests (its
+# trainers share one run, made once on the worker of its group).
 many_processes = pytest.mark.xdist_group("many_processes")
+benchmark_trainers = pytest.mark.xdist_group("benchmark_trainers")
 
 TENSORFLOW_CPP_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ")
 

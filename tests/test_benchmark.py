@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from cli_helpers import many_processes, run_module, start_module
+from cli_helpers import benchmark_trainers, run_module, start_module
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def measures_bf16(results):
 @pytest.fixture(scope="module")
 def smoke_report(tmp_path_factory):
     """(CompletedProcess, benchmark.json, benchmark.md) of one --smoke run; its tests are
-    many_processes, and so on one worker: it runs once."""
+    benchmark_trainers, and so on one worker: it runs once."""
     output_dir = tmp_path_factory.mktemp("benchmark")
     # Its 8 trainers start together: on a machine busy with the other tests it takes minutes.
     result = run_module("cifar10_estimator.benchmarks", ["--smoke", "--output-dir", output_dir],
@@ -48,7 +48,7 @@ def smoke_report(tmp_path_factory):
     return result, results, markdown
 
 
-@many_processes
+@benchmark_trainers
 def test_json_has_every_section_and_the_command(smoke_report):
     _, results, _ = smoke_report
     assert set(SECTIONS) <= set(results)
@@ -59,7 +59,7 @@ def test_json_has_every_section_and_the_command(smoke_report):
     assert machine["physical_cores"] >= 1
 
 
-@many_processes
+@benchmark_trainers
 def test_every_run_is_measured_with_throughput_and_memory(smoke_report):
     _, results, _ = smoke_report
     runs = results["training"]["runs"]
@@ -72,7 +72,7 @@ def test_every_run_is_measured_with_throughput_and_memory(smoke_report):
         assert run["max_rss_mb"] > 0
 
 
-@many_processes
+@benchmark_trainers
 def test_keras_copy_has_our_parameter_count(smoke_report):
     _, results, _ = smoke_report
     keras_rows = [row for row in results["comparisons"]
@@ -81,14 +81,14 @@ def test_keras_copy_has_our_parameter_count(smoke_report):
     assert all(row["same_parameter_count"] for row in keras_rows)
 
 
-@many_processes
+@benchmark_trainers
 def test_flops_are_counted_from_the_graph(smoke_report):
     _, results, _ = smoke_report
     counts = results["flops"]["8"]
     assert 0 < counts["forward_flops_per_example"] < counts["train_step_flops_per_example"]
 
 
-@many_processes
+@benchmark_trainers
 def test_conversion_writes_the_same_examples_both_ways(smoke_report):
     _, results, _ = smoke_report
     conversion = results["conversion"]
@@ -97,7 +97,7 @@ def test_conversion_writes_the_same_examples_both_ways(smoke_report):
     assert conversion["original"]["median_images_per_sec"] > 0
 
 
-@many_processes
+@benchmark_trainers
 def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
     _, results, markdown = smoke_report
     rows = {row["key"]: row for row in results["comparisons"]}
@@ -112,7 +112,7 @@ def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
     assert results["command"] in markdown
 
 
-@many_processes
+@benchmark_trainers
 def test_the_report_names_the_cpu_and_both_peaks_and_prints_the_targets(smoke_report):
     result, results, markdown = smoke_report
     machine = results["machine"]
@@ -149,7 +149,7 @@ def _processes_mentioning(text):
     return pids
 
 
-@many_processes
+@benchmark_trainers
 def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
     process = start_module("cifar10_estimator.benchmarks",
                            ["--smoke", "--output-dir", tmp_path / "out"],
