@@ -15,6 +15,9 @@ ORIGINAL_NUM_CLASSES = 11
 
 STAGE_FILTERS = (16, 32, 64)
 STAGE_STRIDES = (1, 2, 2)
+# The first convolution's kernel [3, 3, 3, 16] under the network's variable scope, named
+# as the tutorial's checkpoints name it (--patch-pca-init gives it its starting value).
+FIRST_CONV_KERNEL = "conv2d/kernel"
 
 
 class ResNetCifar10(model_base.ResNet):
@@ -22,15 +25,13 @@ class ResNetCifar10(model_base.ResNet):
 
     def __init__(self, num_layers, is_training, batch_norm_decay, batch_norm_epsilon,
                  data_format="channels_first", num_classes=ORIGINAL_NUM_CLASSES,
-                 zero_init_residual=False, first_conv_kernel=None):
+                 zero_init_residual=False):
         """Args:
           num_layers: depth 6n + 2 with n >= 1 (20, 32, 44, 56 and 110 in the paper).
           is_training, batch_norm_decay, batch_norm_epsilon, data_format,
             zero_init_residual: see model_base.ResNet.
           num_classes: number of logits; the original's 11 by default (see
             ORIGINAL_NUM_CLASSES).
-          first_conv_kernel: float32 [3, 3, 3, 16] the first convolution's kernel starts
-            from (training.patch_pca); None: He et al.'s random start.
 
         Raises:
           ValueError: num_layers is not 6n + 2, or data_format is unknown.
@@ -39,9 +40,6 @@ class ResNetCifar10(model_base.ResNet):
                          zero_init_residual)
         self.num_units_per_stage = num_units_per_stage(num_layers)
         self.num_classes = num_classes
-        self._first_conv_initializer = (
-            None if first_conv_kernel is None else tf.compat.v1.constant_initializer(
-                first_conv_kernel, verify_shape=True))
 
     def forward_pass(self, x, input_data_format="channels_last"):
         """Logits [batch, num_classes] of the images x (float pixel values 0..255).
@@ -59,8 +57,7 @@ class ResNetCifar10(model_base.ResNet):
             x = tf.transpose(x, to_model_order)
 
         x = x / 128 - 1
-        x = self._conv(x, 3, STAGE_FILTERS[0], 1,
-                       kernel_initializer=self._first_conv_initializer)
+        x = self._conv(x, 3, STAGE_FILTERS[0], 1)
         x = self._batch_norm(x)
         x = self._relu(x)
 

@@ -164,17 +164,19 @@ def trainer_rank(task=None):
     return 1 + task.task_index
 
 
-def first_conv_kernel(settings, task=None):
-    """The first convolution's starting kernel with --patch-pca-init, else None.
+def starting_values(settings, task=None):
+    """{variable name: numpy array} where training starts those variables instead of at
+    random (model_fn.make_model_fn): with --patch-pca-init the first convolution's
+    kernel; else none.
 
-    It is only computed for a trainer that starts a job: a checkpoint already holds the
-    kernel, and the initializer is not run then.
+    They are only computed for a trainer that starts a job: a checkpoint already holds
+    the variables, and they are restored from it instead.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     if (not settings.hparams.patch_pca_init or (task and not task.is_trainer)
             or tf.train.latest_checkpoint(settings.job_dir)):
-        return None
-    from cifar10_estimator import cifar10, cifar10_model
+        return {}
+    from cifar10_estimator import cifar10, cifar10_model, model_fn
     from cifar10_estimator.training import patch_pca
     images, _ = cifar10.Cifar10DataSet(settings.data_dir, "train").read_all_examples(
         patch_pca.MAX_IMAGES)
@@ -182,7 +184,7 @@ def first_conv_kernel(settings, task=None):
     tf.compat.v1.logging.info(
         "--patch-pca-init: the first convolution starts from the principal directions of "
         "3x3 patches of %d training images", len(images))
-    return kernel
+    return {"%s/%s" % (model_fn.NETWORK_SCOPE, cifar10_model.FIRST_CONV_KERNEL): kernel}
 
 
 def make_train_input_fn(settings, task=None):
@@ -254,7 +256,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress,
-                                        first_conv_kernel(settings, task)),
+                                        starting_values(settings, task)),
         config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
     train_spec = make_train_spec(settings, task, signals, progress)

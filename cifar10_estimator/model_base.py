@@ -136,13 +136,12 @@ class ResNet:
             x = _zero_pad(x, [self._channel_axis()], pad_begin, pad_end)
         return x
 
-    def _conv(self, x, kernel_size, filters, strides, is_atrous=False, kernel_initializer=None):
-        """Convolution without bias.
+    def _conv(self, x, kernel_size, filters, strides, is_atrous=False):
+        """Convolution without bias, its kernel started as He et al. start theirs.
 
         A strided convolution pads explicitly and symmetrically, then uses 'valid'
         padding, so its output does not depend on the input size's parity the way
         'same' padding's does; otherwise (or when is_atrous) it uses 'same'.
-        kernel_initializer: how the kernel starts; None is He et al.'s.
         """
         padding = "same"
         if not is_atrous and strides > 1:
@@ -153,7 +152,7 @@ class ResNet:
             padding = "valid"
         layer = tf.compat.v1.layers.Conv2D(
             filters=filters, kernel_size=kernel_size, strides=strides, padding=padding,
-            use_bias=False, kernel_initializer=kernel_initializer or _CONV_INITIALIZER,
+            use_bias=False, kernel_initializer=_CONV_INITIALIZER,
             data_format=self._data_format)
         return layer(x)
 

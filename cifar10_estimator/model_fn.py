@@ -8,6 +8,7 @@ on the device of their variable and one optimizer update is applied.
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from cifar10_estimator import cifar10
@@ -27,6 +28,9 @@ LOSS_LOG_EVERY_N_STEPS = 100
 PROGRESS_LOG_EVERY_N_STEPS = 10
 EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
 NUM_SUMMARY_IMAGES = 3
+# The variable scope of the network's variables, in every mode: the checkpoints' names
+# start with it (resnet/conv2d/kernel).
+NETWORK_SCOPE = "resnet"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,21 +115,16 @@ def scale_shift_gradients(gradvars, factor):
             for gradient, variable in gradvars]
 
 
-def _resnet_logits(images, is_training, hparams, dtype, first_conv_kernel=None):
+def _resnet_logits(images, is_training, hparams, dtype):
     """float32 logits of the network computing in `dtype` (float32, or the precision
-    policy's compute type: see mixed_precision.compute_dtype).
-
-    first_conv_kernel: where the first convolution's kernel starts (see
-    cifar10_model.ResNetCifar10); None: at random.
-    """
+    policy's compute type: see mixed_precision.compute_dtype)."""
     model = cifar10_model.ResNetCifar10(
         hparams.num_layers,
         is_training=is_training,
         batch_norm_decay=hparams.batch_norm_decay,
         batch_norm_epsilon=hparams.batch_norm_epsilon,
         data_format=hparams.data_format,
-        zero_init_residual=hparams.zero_init_residual,
-        first_conv_kernel=first_conv_kernel)
+        zero_init_residual=hparams.zero_init_residual)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
                                      custom_getter=mixed_precision.float32_variables,
                                      auxiliary_name_scope=False):
@@ -213,11 +212,8 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
     return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
 
 
-def make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel=None):
+def make_resnet_tower_fn(hparams, precision_policy):
     """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet.
-
-    first_conv_kernel: where the training graph's first convolution starts (None: at
-    random); an evaluation graph restores its variables from a checkpoint.
 
     The loss is the mean cross entropy of the shard plus weight decay over the trainable
     variables --weight-decay-scope names (decayed_variables; all of them, as in the
@@ -227,8 +223,7 @@ def make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel=None):
     def tower_fn(images, labels, is_training):
         if is_training:
             logits = _resnet_logits(_training_resolution(images, hparams), True, hparams,
-                                    mixed_precision.compute_dtype(precision_policy),
-                                    first_conv_kernel)
+                                    mixed_precision.compute_dtype(precision_policy))
             probabilities = _class_probabilities(logits)
         else:
             logits, probabilities = _inference(
@@ -280,7 +275,7 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
     tower_losses, tower_gradvars, tower_probabilities = [], [], []
     update_ops = []
     for index, (images, labels) in enumerate(zip(image_shards, label_shards)):
-        with tf.compat.v1.variable_scope("resnet", reuse=bool(index != 0)):
+        with tf.compat.v1.variable_scope(NETWORK_SCOPE, reuse=bool(index != 0)):
             with tf.name_scope("tower_%d" % index) as name_scope:
                 with tf.compat.v1.device(layout.device_setter(index)):
                     loss, probabilities = tower_fn(images, labels, is_training)
@@ -371,7 +366,7 @@ def _predict_spec(features, hparams):
     """
     images = features["images"] if isinstance(features, dict) else features
     images = tf.cast(images, tf.float32)
-    with tf.compat.v1.variable_scope("resnet"):
+    with tf.compat.v1.variable_scope(NETWORK_SCOPE):
         _, probabilities = _inference(
             images, dataclasses.replace(hparams, data_format="channels_last"), tf.float32)
     predictions = _predictions(probabilities)
@@ -383,7 +378,7 @@ def _predict_spec(features, hparams):
         scaffold=_inference_scaffold(hparams))
 
 
-def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
+def make_model_fn(layout, hparams, progress=None, starting_values=None):
     """An Estimator model_fn training `hparams` on the towers of `layout`.
 
     Args:
@@ -391,8 +386,10 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
       hparams: HParams.
       progress: the run's training.progress.RunProgress, for training to log where it is
         and when it ends; None logs no progress.
-      first_conv_kernel: float32 [3, 3, 3, 16], where training starts the first
-        convolution (--patch-pca-init: training.patch_pca); None: at random.
+      starting_values: {variable name: numpy array}, names as the checkpoints hold them
+        (e.g. resnet/conv2d/kernel, see NETWORK_SCOPE): where a job's training starts
+        those variables instead of at their initializers' draws (see
+        starting_value_feeds). A job resumed from a checkpoint restores them instead.
 
     Returns:
       model_fn(features, labels, mode, config) for tf.estimator.Estimator, where
@@ -410,7 +407,7 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
                 loss_scale = mixed_precision.DynamicLossScale()
         tower_losses, tower_gradvars, tower_probabilities, update_ops = build_towers(
             features, labels, layout,
-            make_resnet_tower_fn(hparams, precision_policy, first_conv_kernel),
+            make_resnet_tower_fn(hparams, precision_policy),
             is_training,
             None if loss_scale is None else loss_scale.scale)
 
@@ -446,7 +443,8 @@ def make_model_fn(layout, hparams, progress=None, first_conv_kernel=None):
 
             logged = _training_summaries(learning_rate, loss, stacked_labels,
                                          predictions["classes"], features[0], loss_scale)
-            scaffold = _training_scaffold(config, loss_scale, weight_averages)
+            scaffold = _training_scaffold(config, loss_scale, weight_averages,
+                                          starting_values)
 
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
@@ -472,15 +470,45 @@ def _training_summaries(learning_rate, loss, labels, classes, images, loss_scale
     return logged
 
 
-def _training_scaffold(config, loss_scale, weight_averages):
-    """The training Scaffold, with a Saver that resumes checkpoints lacking the optional
-    variables (fp16's loss scale, the weights' averages, the stream's seeds); or None."""
+def _training_scaffold(config, loss_scale, weight_averages, starting_values=None):
+    """The training Scaffold, or None: a Saver that resumes checkpoints lacking the
+    optional variables (fp16's loss scale, the weights' averages, the stream's seeds),
+    and the starting values of the variables (starting_value_feeds)."""
     optional_variables = [
         holder.optional_variables() for holder in (loss_scale, weight_averages)
         if holder is not None] + _input_seeds_optional()
-    if not optional_variables:
+    feeds = starting_value_feeds(starting_values or {})
+    if not optional_variables and not feeds:
         return None
-    return tf.compat.v1.train.Scaffold(saver=_checkpoint_saver(config, optional_variables))
+    return tf.compat.v1.train.Scaffold(
+        saver=_checkpoint_saver(config, optional_variables) if optional_variables else None,
+        init_feed_dict=feeds or None)
+
+
+def starting_value_feeds(starting_values):
+    """{tensor: value} that make the graph's initializers start variables at
+    `starting_values` ({variable name: numpy array}) instead of at their draws.
+
+    The Scaffold's init op runs the initializers with these feeds only where a job
+    starts: on the chief (the other workers wait for it), and never when a checkpoint is
+    restored, so a resumed job keeps what it trained. The initial value is fed rather
+    than assigned afterwards because the weights' moving averages start from it too.
+
+    Raises:
+      ValueError: no global variable of the graph has a name, or a value's shape is not
+        its variable's.
+    """
+    variables = {variable.op.name: variable for variable in tf.compat.v1.global_variables()}
+    feeds = {}
+    for name, value in sorted(starting_values.items()):
+        if name not in variables:
+            raise ValueError("no variable %s to give a starting value" % name)
+        variable = variables[name]
+        if not variable.shape.is_compatible_with(np.shape(value)):
+            raise ValueError("the starting value of %s has shape %s, the variable %s"
+                             % (name, np.shape(value), variable.shape))
+        feeds[variable.initial_value] = np.asarray(value, variable.dtype.base_dtype.as_numpy_dtype)
+    return feeds
 
 
 def _training_hooks(hparams, logged, progress, config):

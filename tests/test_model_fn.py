@@ -93,15 +93,79 @@ def test_split_batch_into_towers_keeps_order():
     np.testing.assert_array_equal(np.concatenate(image_shards), np.arange(12).reshape(6, 2))
 
 
-def resnet8_train_spec(num_towers, batch_size=4, hparams=None):
+def resnet8_train_spec(num_towers, batch_size=4, hparams=None, starting_values=None):
     """The real model_fn's TRAIN spec for ResNet-8 on `num_towers` logical CPU towers."""
     hparams = hparams or job_hparams.HParams(num_layers=8, train_batch_size=batch_size)
     layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=num_towers)
     images = tf.random.uniform([batch_size, 32, 32, 3], maxval=255.0, seed=1)
     labels = tf.random.uniform([batch_size], maxval=10, dtype=tf.int32, seed=2)
     image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, num_towers)
-    return model_fn.make_model_fn(layout, hparams)(
+    return model_fn.make_model_fn(layout, hparams, starting_values=starting_values)(
         image_shards, label_shards, tf.estimator.ModeKeys.TRAIN, None)
+
+
+FIRST_KERNEL = "resnet/conv2d/kernel"
+
+
+def first_kernel_of_a_session(checkpoint_dir, starting_kernel):
+    """The first convolution's kernel and its moving average as a two-tower ResNet-8 job's
+    training session starts in checkpoint_dir, given starting_kernel as its starting value
+    (the session saves a checkpoint as it starts, as the Estimator's does)."""
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=4, moving_average_decay=0.9)
+    with tf.Graph().as_default():
+        spec = resnet8_train_spec(2, hparams=hparams,
+                                  starting_values={FIRST_KERNEL: starting_kernel})
+        variables = {variable.op.name: variable for variable in tf.compat.v1.global_variables()}
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                checkpoint_dir=str(checkpoint_dir), scaffold=spec.scaffold,
+                save_summaries_steps=None, save_summaries_secs=None,
+                config=tf.compat.v1.ConfigProto(device_count={"CPU": 2})) as session:
+            return session.run([variables[FIRST_KERNEL],
+                                variables[FIRST_KERNEL + "/ExponentialMovingAverage"]])
+
+
+def test_starting_values_start_a_job_and_a_resumed_job_keeps_its_checkpoints(tmp_path):
+    first, second = np.random.RandomState(3).normal(size=[2, 3, 3, 3, 16]).astype(np.float32)
+    kernel, average = first_kernel_of_a_session(tmp_path, first)
+    # The variable both towers share, and its average, which starts from it.
+    np.testing.assert_array_equal(kernel, first)
+    np.testing.assert_array_equal(average, first)
+    kernel, average = first_kernel_of_a_session(tmp_path, second)
+    np.testing.assert_array_equal(kernel, first)  # restored, not started again
+    np.testing.assert_array_equal(average, first)
+
+
+@pytest.mark.slow
+def test_the_estimator_starts_a_job_from_the_starting_values_and_resumes_it_from_its_checkpoint(
+        tmp_path):
+    def train(starting_kernel, max_steps):
+        layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=2)
+        hparams = job_hparams.HParams(num_layers=8, train_batch_size=4)
+        config = tf.estimator.RunConfig(
+            model_dir=str(tmp_path), save_checkpoints_steps=1,
+            session_config=tf.compat.v1.ConfigProto(device_count={"CPU": 2}))
+        estimator = tf.estimator.Estimator(model_fn.make_model_fn(
+            layout, hparams, starting_values={FIRST_KERNEL: starting_kernel}), config=config)
+        estimator.train(input_fn.make_synthetic_input_fn(2, 4), max_steps=max_steps)
+        return {step: tf.train.load_variable(str(tmp_path / ("model.ckpt-%d" % step)),
+                                             FIRST_KERNEL) for step in range(max_steps + 1)}
+
+    first, second = np.random.RandomState(4).normal(size=[2, 3, 3, 3, 16]).astype(np.float32)
+    kernels = train(first, 1)
+    np.testing.assert_array_equal(kernels[0], first)  # the checkpoint of the start
+    assert np.abs(kernels[1] - first).max() > 0
+    resumed = train(second, 2)
+    np.testing.assert_array_equal(resumed[1], kernels[1])  # restored, not started again
+    assert np.abs(resumed[2] - kernels[1]).max() < np.abs(second - kernels[1]).max() / 10
+
+
+@pytest.mark.parametrize("name, shape, message", [
+    ("resnet/conv2d/kernels", [3, 3, 3, 16], "no variable resnet/conv2d/kernels"),
+    (FIRST_KERNEL, [3, 3, 3, 8], r"shape \(3, 3, 3, 8\), the variable \(3, 3, 3, 16\)"),
+])
+def test_a_starting_value_for_no_variable_or_of_another_shape_is_refused(name, shape, message):
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=message):
+        resnet8_train_spec(1, starting_values={name: np.zeros(shape, np.float32)})
 
 
 def test_batch_norm_statistics_are_updated_by_tower_0_only():
@@ -224,7 +288,8 @@ def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
     assert asynchronous.examples_per_global_step == 128
 
 
-def sync_cluster_update(worker_batches, num_towers, moving_average_decay):
+def sync_cluster_update(worker_batches, num_towers, moving_average_decay,
+                        starting_values=None):
     """Trainable variables before and after one --sync update of an in-process cluster.
 
     A ps, a chief and a worker run as TensorFlow servers in this process; each trainer
@@ -232,7 +297,8 @@ def sync_cluster_update(worker_batches, num_towers, moving_average_decay):
     function and runs one step through a MonitoredTrainingSession with the model_fn's
     training hooks, each on its own batch of worker_batches, split over num_towers
     logical CPU devices, keeping moving averages of the weights with
-    --moving-average-decay moving_average_decay.
+    --moving-average-decay moving_average_decay; both trainers' graphs are given
+    starting_values, which the chief's session starts the ps's variables from.
 
     Returns:
       ({name: value} before, {name: value} after, {name: value of its average} after).
@@ -258,7 +324,8 @@ def sync_cluster_update(worker_batches, num_towers, moving_average_decay):
                     cluster=cluster_spec)):
                 image_shards, label_shards = input_fn.split_batch_into_towers(
                     tf.constant(images), tf.constant(labels), num_towers)
-                estimator_spec = model_fn.make_model_fn(layout, hparams)(
+                estimator_spec = model_fn.make_model_fn(
+                    layout, hparams, starting_values=starting_values)(
                     image_shards, label_shards, tf.estimator.ModeKeys.TRAIN,
                     types.SimpleNamespace(
                         is_chief=job == "chief",
@@ -268,7 +335,7 @@ def sync_cluster_update(worker_batches, num_towers, moving_average_decay):
             # The chief first: it initializes the variables the worker waits for.
             sessions.append(tf.compat.v1.train.MonitoredTrainingSession(
                 master=server.target, is_chief=job == "chief",
-                hooks=estimator_spec.training_hooks,
+                hooks=estimator_spec.training_hooks, scaffold=estimator_spec.scaffold,
                 config=tf.compat.v1.ConfigProto(allow_soft_placement=True)))
             train_ops.append(estimator_spec.train_op)
             if job == "chief":
@@ -330,6 +397,9 @@ def test_sync_update_of_workers_with_towers_is_the_one_process_update_of_the_glo
     chief's batch alone gives another update, so a worker's gradient left out would
     show.
 
+    The first convolution starts from a starting value: the chief's session gives it
+    to the variable on the ps.
+
     With --moving-average-decay the chief averages once per aggregated update, before
     the workers' tokens for the next step go out: as the step ends, each average has
     moved from its weight's start once, with the decay of global step 1.
@@ -338,8 +408,11 @@ def test_sync_update_of_workers_with_towers_is_the_one_process_update_of_the_glo
     batches = [(rng.randint(0, 256, size=(4, 32, 32, 3)).astype(np.float32),
                 rng.randint(0, 10, size=4).astype(np.int32)) for _ in range(2)]
     decay = 0.9
-    before, after, averages = sync_cluster_update(batches, num_towers=2,
-                                                  moving_average_decay=decay)
+    starting_kernel = rng.normal(size=[3, 3, 3, 16]).astype(np.float32)
+    before, after, averages = sync_cluster_update(
+        batches, num_towers=2, moving_average_decay=decay,
+        starting_values={FIRST_KERNEL: starting_kernel})
+    np.testing.assert_array_equal(before[FIRST_KERNEL], starting_kernel)
 
     global_images = np.concatenate([images for images, _ in batches])
     global_labels = np.concatenate([labels for _, labels in batches])

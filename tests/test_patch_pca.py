@@ -55,24 +55,8 @@ def test_filters_must_be_even_and_within_the_directions(filters):
         patch_pca.first_conv_kernel(images, filters)
 
 
-def test_the_training_graph_starts_the_first_convolution_from_the_kernel():
-    kernel = np.random.RandomState(2).normal(size=[3, 3, 3, 16]).astype(np.float32)
-    hparams = job_hparams.HParams(num_layers=8, train_batch_size=4)
-    with tf.Graph().as_default():
-        images = tf.random.uniform([4, 32, 32, 3], maxval=255.0, seed=1)
-        labels = tf.random.uniform([4], maxval=10, dtype=tf.int32, seed=2)
-        model_fn.make_model_fn(model_fn.TowerLayout.for_devices(0), hparams,
-                               first_conv_kernel=kernel)(
-            *input_fn.split_batch_into_towers(images, labels, 1),
-            tf.estimator.ModeKeys.TRAIN, None)
-        [first_conv] = [variable for variable in tf.compat.v1.global_variables()
-                        if variable.op.name.endswith("/conv2d/kernel")]
-        with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            np.testing.assert_array_equal(session.run(first_conv), kernel)
-
-
-def test_the_trainer_computes_the_kernel_only_for_a_job_without_checkpoints(tmp_path):
+def test_the_trainer_starts_the_first_convolution_only_for_a_job_without_checkpoints(
+        tmp_path):
     data_dir = tmp_path / "data"
     cifar_archives.make_tiny_tfrecords(str(data_dir))
     job_dir = tmp_path / "job"
@@ -81,11 +65,27 @@ def test_the_trainer_computes_the_kernel_only_for_a_job_without_checkpoints(tmp_
         return flags.parse(["--data-dir", str(data_dir), "--job-dir", str(job_dir),
                             "--num-gpus", "0", *extra])
 
-    assert trainer.first_conv_kernel(settings()) is None
-    kernel = trainer.first_conv_kernel(settings("--patch-pca-init"))
+    assert trainer.starting_values(settings()) == {}
+    starting_values = trainer.starting_values(settings("--patch-pca-init"))
+    assert list(starting_values) == ["resnet/conv2d/kernel"]
+    kernel = starting_values["resnet/conv2d/kernel"]
     assert kernel.shape == (3, 3, 3, 16)
+    # The name is the training graph's: its first convolution starts from the kernel.
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=4)
+    with tf.Graph().as_default():
+        images = tf.random.uniform([4, 32, 32, 3], maxval=255.0, seed=1)
+        labels = tf.random.uniform([4], maxval=10, dtype=tf.int32, seed=2)
+        spec = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(0), hparams,
+                                      starting_values=starting_values)(
+            *input_fn.split_batch_into_towers(images, labels, 1),
+            tf.estimator.ModeKeys.TRAIN, None)
+        [first_conv] = [variable for variable in tf.compat.v1.global_variables()
+                        if variable.op.name.endswith("/conv2d/kernel")]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer(),
+                        feed_dict=spec.scaffold.init_feed_dict)
+            np.testing.assert_array_equal(session.run(first_conv), kernel)
     job_dir.mkdir()
     (job_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
     (job_dir / "model.ckpt-5.index").write_bytes(b"")
-    assert trainer.first_conv_kernel(settings("--patch-pca-init")) is None
-
+    assert trainer.starting_values(settings("--patch-pca-init")) == {}
