@@ -320,18 +320,16 @@ def _check_eval_batch_size_divides(settings, subset):
 
 
 def resolve(settings, task=None):
-    """The validated settings with what the data, the devices, the cluster and the
-    machine decide: HParams' derived fields, and the precision --precision auto takes.
+    """The validated settings with what the data, the cluster and the machine decide:
+    HParams' derived fields, and the precision --precision auto takes. (The layout inside
+    the model is the devices': model_fn.TowerLayout.for_devices.)
 
     Args:
       settings: Settings that validate accepted.
       task: the cluster.ClusterTask this process runs, or None.
     """
     return dataclasses.replace(settings, hparams=dataclasses.replace(
-        settings.hparams,
-        precision=_resolved_precision(settings, task),
-        data_format=settings.data_format or ("channels_first" if settings.num_gpus
-                                             else "channels_last"),
+        settings.hparams, precision=_resolved_precision(settings, task),
         **_run_size(settings, task)))
 
 

@@ -4,9 +4,11 @@ Each field of HParams that is an option (cli.option) is a trainer flag: its defa
 type or check, help and --help group are written here, once, and the trainer's parser
 (flags.build_parser), hparams.json, the recipes and the manual's flag table read them;
 the depth's rule (num_units_per_stage) is here too, for flags.validate and the model.
-The other fields are derived: the trainer fills them in from the data, the devices and
-the cluster (flags.resolve). Training writes the values it used to job-dir/hparams.json
-so that a checkpoint can be rebuilt later (the evaluate command reads it).
+The other fields are derived: the trainer fills them in from the data and the cluster
+(flags.resolve). Where the network runs is no hyper-parameter: the devices decide it
+(model_fn.TowerLayout). Training writes the values it used to job-dir/hparams.json, with
+the layout its network computed in, so that a checkpoint can be rebuilt later (the
+evaluate command reads it).
 """
 
 import dataclasses
@@ -16,8 +18,8 @@ import os
 import typing
 
 from cifar10_estimator import json_file
-from cifar10_estimator.cli import (between_zero_and_one, is_option, non_negative_float,
-                                   non_negative_int, option, positive_float, positive_int)
+from cifar10_estimator.cli import (between_zero_and_one, non_negative_float, non_negative_int,
+                                   option, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import precision
@@ -231,11 +233,9 @@ class HParams:
         False, "Distributed only: synchronous updates with SyncReplicasOptimizer.",
         group="cluster", action="store_true")
 
-    # Derived, no flag: flags.resolve fills them in from the data, the devices and the
-    # cluster.
+    # Derived, no flag: flags.resolve fills them in from the data and the cluster.
     num_train_examples: int = cifar10_facts.OFFICIAL_NUM_EXAMPLES["train"]
     num_workers: int = 1
-    data_format: str = "channels_last"
 
     @property
     def examples_per_global_step(self):
@@ -249,22 +249,37 @@ class HParams:
 
 
 DEFAULTS = HParams()
-# The fields no flag sets (see flags.resolve).
-DERIVED_FIELDS = tuple(field.name for field in dataclasses.fields(HParams)
-                       if not is_option(field))
 
 
-def save(job_dir, hparams):
-    """Write `hparams` to job-dir/hparams.json, replacing any older file."""
+def record(hparams, data_format):
+    """What hparams.json and TensorBoard's HParams dashboard record of a job: its HParams'
+    values, and the layout its network computed in (model_fn.TowerLayout.data_format),
+    under the name it had when it was an HParams field."""
+    return dict(dataclasses.asdict(hparams), data_format=data_format)
+
+
+def save(job_dir, hparams, data_format):
+    """Write the record of `hparams` and `data_format` to job-dir/hparams.json, replacing
+    any older file."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     tf.io.gfile.makedirs(job_dir)
     json_file.write_atomically(
         os.path.join(job_dir, HPARAMS_FILENAME),
-        {"format": HPARAMS_FORMAT, "hparams": dataclasses.asdict(hparams)})
+        {"format": HPARAMS_FORMAT, "hparams": record(hparams, data_format)})
 
 
 def load(job_dir):
     """The HParams that training saved in job-dir/hparams.json.
+
+    Raises:
+      Cifar10EstimatorError: the file is missing or not ours.
+    """
+    return load_record(job_dir)[0]
+
+
+def load_record(job_dir):
+    """(HParams, data_format) that training saved in job-dir/hparams.json: the job's
+    hyper-parameters and the layout its network computed in (None where not recorded).
 
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
@@ -284,7 +299,8 @@ def load(job_dir):
         if content["format"] != HPARAMS_FORMAT:
             raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
         values = content["hparams"]
-        return HParams(**{name: values[name] for name in known if name in values})
+        return (HParams(**{name: values[name] for name in known if name in values}),
+                values.get("data_format"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError,
             tf.errors.OpError) as error:
         raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))

@@ -249,9 +249,10 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     signals = signals or stop_signals.StopSignals(invoked_program())
     hparams = settings.hparams
     run_config = make_run_config(settings, task)
-    evaluation_cost = start_job(settings, task, run_config)
     layout = model_fn.TowerLayout.for_devices(
-        settings.num_gpus, settings.num_cpu_towers, settings.variable_strategy)
+        settings.num_gpus, settings.num_cpu_towers, settings.variable_strategy,
+        settings.data_format)
+    evaluation_cost = start_job(settings, task, run_config, layout.data_format)
     last_step = schedule.last_step(hparams)
     progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console)
     estimator = tf.estimator.Estimator(
@@ -284,9 +285,10 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     return metrics
 
 
-def start_job(settings, task, run_config):
+def start_job(settings, task, run_config, data_format):
     """What a process does before its graphs: determinism and seeds, the precision's and
-    the schedule's lines, and on the chief the job's hyper-parameters saved.
+    the schedule's lines, and on the chief the job's hyper-parameters saved, with the
+    layout its network computes in (`data_format`).
 
     Returns:
       The cost of an evaluated image against training's precision (log_precision_speed).
@@ -305,8 +307,9 @@ def start_job(settings, task, run_config):
         evaluation_cost = log_precision_speed(precision.policy(hparams.precision),
                                               settings.num_gpus, hparams)
     if run_config.is_chief:
-        job_hparams.save(settings.job_dir, hparams)
-        hparams_summary.write(settings.job_dir, hparams, "eval_" + report.TEST_EVAL_NAME)
+        job_hparams.save(settings.job_dir, hparams, data_format)
+        hparams_summary.write(settings.job_dir, job_hparams.record(hparams, data_format),
+                              "eval_" + report.TEST_EVAL_NAME)
     log_schedule(hparams)
     log_resumption(settings.job_dir, task)
     return evaluation_cost

@@ -35,25 +35,36 @@ NETWORK_SCOPE = "resnet"
 
 @dataclasses.dataclass(frozen=True)
 class TowerLayout:
-    """Where towers run and where their variables live.
+    """Where towers run, where their variables live, and the layout the network computes
+    in there: the run's devices, which hparams.HParams leave out.
 
     Attributes:
       devices: one device string per tower, e.g. ['/gpu:0', '/gpu:1'] or ['/cpu:0'].
+      data_format: the layout inside the network (model_base.DATA_FORMATS); the
+        variables, so the checkpoints, are the same in both.
       variable_strategy: 'CPU' keeps every variable on /cpu:0; 'GPU' spreads them
         over the tower devices, each on the least loaded by bytes.
     """
 
     devices: tuple
+    data_format: str
     variable_strategy: str = "CPU"
 
     @classmethod
-    def for_devices(cls, num_gpus, num_cpu_towers=1, variable_strategy="CPU"):
-        """num_gpus GPU towers, or (num_gpus == 0) num_cpu_towers logical CPU towers."""
+    def for_devices(cls, num_gpus, num_cpu_towers=1, variable_strategy="CPU",
+                    data_format=None):
+        """num_gpus GPU towers, or (num_gpus == 0) num_cpu_towers logical CPU towers.
+
+        data_format None takes the devices' own: channels_first (NCHW, fastest) on GPUs,
+        channels_last on the CPU, the only layout of TensorFlow's stock CPU kernels.
+        """
         if num_gpus > 0:
             devices = tuple("/gpu:%d" % i for i in range(num_gpus))
         else:
             devices = tuple("/cpu:%d" % i for i in range(num_cpu_towers))
-        return cls(devices=devices, variable_strategy=variable_strategy)
+        return cls(devices=devices, variable_strategy=variable_strategy,
+                   data_format=data_format or ("channels_first" if num_gpus > 0
+                                               else "channels_last"))
 
     @property
     def num_towers(self):
@@ -115,15 +126,15 @@ def scale_shift_gradients(gradvars, factor):
             for gradient, variable in gradvars]
 
 
-def _resnet_logits(images, is_training, hparams, dtype):
+def _resnet_logits(images, is_training, hparams, dtype, data_format):
     """float32 logits of the network computing in `dtype` (float32, or the precision
-    policy's compute type: see mixed_precision.compute_dtype)."""
+    policy's compute type: see mixed_precision.compute_dtype) and `data_format`."""
     model = cifar10_model.ResNetCifar10(
         hparams.num_layers,
         is_training=is_training,
         batch_norm_decay=hparams.batch_norm_decay,
         batch_norm_epsilon=hparams.batch_norm_epsilon,
-        data_format=hparams.data_format,
+        data_format=data_format,
         zero_init_residual=hparams.zero_init_residual)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
                                      custom_getter=mixed_precision.float32_variables,
@@ -151,9 +162,9 @@ def _class_probabilities(logits):
     return tf.nn.softmax(cifar10_model.class_logits(logits))
 
 
-def _inference(images, hparams, dtype):
+def _inference(images, hparams, dtype, data_format):
     """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction,
-    the network computing in `dtype`.
+    the network computing in `dtype` and `data_format`.
 
     With --eval-flips and --eval-shifts the network runs once on every view of the images
     (see _views) and the probabilities are the mean over each image's views. The logits
@@ -162,10 +173,11 @@ def _inference(images, hparams, dtype):
     """
     views = _views(images, hparams.eval_shifts, hparams.eval_flips)
     if len(views) == 1:
-        logits = _resnet_logits(images, False, hparams, dtype)
+        logits = _resnet_logits(images, False, hparams, dtype, data_format)
         return logits, _class_probabilities(logits)
-    all_logits = tf.split(_resnet_logits(tf.concat(views, axis=0), False, hparams, dtype),
-                          len(views), axis=0)
+    all_logits = tf.split(
+        _resnet_logits(tf.concat(views, axis=0), False, hparams, dtype, data_format),
+        len(views), axis=0)
     probabilities = tf.add_n([_class_probabilities(logits) for logits in all_logits])
     return all_logits[0], probabilities / float(len(views))
 
@@ -212,8 +224,9 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
     return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
 
 
-def make_resnet_tower_fn(hparams, precision_policy):
-    """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet.
+def make_resnet_tower_fn(hparams, precision_policy, data_format):
+    """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet
+    computing in `data_format` (TowerLayout's).
 
     The loss is the mean cross entropy of the shard plus weight decay over the trainable
     variables --weight-decay-scope names (decayed_variables; all of them, as in the
@@ -223,12 +236,13 @@ def make_resnet_tower_fn(hparams, precision_policy):
     def tower_fn(images, labels, is_training):
         if is_training:
             logits = _resnet_logits(_training_resolution(images, hparams), True, hparams,
-                                    mixed_precision.compute_dtype(precision_policy))
+                                    mixed_precision.compute_dtype(precision_policy),
+                                    data_format)
             probabilities = _class_probabilities(logits)
         else:
             logits, probabilities = _inference(
                 images, hparams, mixed_precision.compute_dtype(
-                    precision_policy, hparams.eval_in_training_precision))
+                    precision_policy, hparams.eval_in_training_precision), data_format)
         cross_entropy = mean_cross_entropy(
             labels, logits, hparams.label_smoothing if is_training else 0.0)
         decayed = decayed_variables(tf.compat.v1.trainable_variables(),
@@ -367,8 +381,7 @@ def _predict_spec(features, hparams):
     images = features["images"] if isinstance(features, dict) else features
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope(NETWORK_SCOPE):
-        _, probabilities = _inference(
-            images, dataclasses.replace(hparams, data_format="channels_last"), tf.float32)
+        _, probabilities = _inference(images, hparams, tf.float32, "channels_last")
     predictions = _predictions(probabilities)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
@@ -407,7 +420,7 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
                 loss_scale = mixed_precision.DynamicLossScale()
         tower_losses, tower_gradvars, tower_probabilities, update_ops = build_towers(
             features, labels, layout,
-            make_resnet_tower_fn(hparams, precision_policy),
+            make_resnet_tower_fn(hparams, precision_policy, layout.data_format),
             is_training,
             None if loss_scale is None else loss_scale.scale)
 

@@ -46,6 +46,15 @@ def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
     assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]
 
 
+def test_runs_of_other_layouts_are_told_apart_by_the_layout_hparams_json_records():
+    def run(data_format):
+        return runs.Run(job_dir="/x/%s" % data_format, hparams=job_hparams.DEFAULTS,
+                        validation_accuracy=[], learning_rate=[], test_accuracy=None,
+                        data_format=data_format)
+    assert runs.labels([run("channels_first"), run("channels_last")]) == [
+        "data format channels_first", "data format channels_last"]
+
+
 def test_the_axis_is_epochs_of_the_training_set(trained_job):
     run = runs.read_run(trained_job.job_dir)
     assert [epoch for epoch, _ in run.validation_accuracy] == [5 * EPOCHS_PER_STEP,
@@ -69,7 +78,8 @@ def test_the_axis_is_epochs_of_the_training_set(trained_job):
 
 def test_labels_name_only_the_differences_and_fall_back_to_the_folder(trained_job):
     run = runs.read_run(trained_job.job_dir)
-    alike = [run, runs.Run("/x/seed-run", run.hparams, [], [], None)]
+    alike = [run, runs.Run("/x/seed-run", run.hparams, [], [], None,
+                           data_format=run.data_format)]
     assert runs.labels(alike) == ["job", "seed-run"]
     other = dataclasses.replace(run, hparams=dataclasses.replace(
         run.hparams, nesterov=True, moving_average_decay=0.999))

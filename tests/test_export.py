@@ -1,6 +1,7 @@
 """SavedModels exported by training: where they go, their two signatures, PREDICT mode."""
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -152,8 +153,16 @@ def test_a_temporary_export_is_never_picked_though_newer(tmp_path):
 def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
     hparams = job_hparams.load(trained_job.job_dir)
     assert hparams == job_hparams.HParams(
-        num_layers=8, train_batch_size=8, num_train_examples=64, data_format="channels_last",
-        train_steps=10, seed=7)
+        num_layers=8, train_batch_size=8, num_train_examples=64, train_steps=10, seed=7)
+    assert job_hparams.load_record(trained_job.job_dir) == (hparams, "channels_last")
+
+
+def test_hparams_json_records_every_hyper_parameter_and_the_layout_of_the_network(tmp_path):
+    hparams = job_hparams.HParams(num_layers=8, label_smoothing=0.1)
+    job_hparams.save(str(tmp_path), hparams, "channels_first")
+    recorded = json.loads((tmp_path / job_hparams.HPARAMS_FILENAME).read_text())["hparams"]
+    assert recorded == dict(dataclasses.asdict(hparams), data_format="channels_first")
+    assert job_hparams.load_record(str(tmp_path)) == (hparams, "channels_first")
 
 
 def test_load_hparams_names_the_missing_file(tmp_path):

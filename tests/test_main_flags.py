@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import cifar_archives
 from cifar10_estimator.distributed import cluster
-from cifar10_estimator import flags
+from cifar10_estimator import cli, flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
 from cifar10_estimator.training import recipes
@@ -226,11 +226,17 @@ def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_me
     assert "the rate stays %s for the whole run" % rate in warning
 
 
+def derived_fields():
+    """The HParams fields no flag sets: flags.resolve fills them in."""
+    return {field.name for field in dataclasses.fields(job_hparams.HParams)
+            if not cli.is_option(field)}
+
+
 def test_every_hyper_parameter_is_a_flag_but_those_derived_on_purpose():
     hparams = flags.resolve(flags.parse(
         ["--job-dir", "j", "--momentum", "0.8", "--train-epochs", "3"])).hparams
     assert (hparams.momentum, hparams.train_epochs, hparams.num_train_examples) == (0.8, 3, 40000)
-    assert job_hparams.DERIVED_FIELDS == ("num_train_examples", "num_workers", "data_format")
+    assert derived_fields() == {"num_train_examples", "num_workers"}
 
 
 def test_the_parser_has_a_flag_for_each_declared_option_and_no_other():
@@ -238,8 +244,7 @@ def test_the_parser_has_a_flag_for_each_declared_option_and_no_other():
     destinations = {action.dest for action in flags.build_parser()._actions} - {"help"}
     assert destinations == {field.name for field in flags.option_fields()}
     hyper_parameters = {field.name for field in dataclasses.fields(job_hparams.HParams)}
-    assert hyper_parameters == (destinations & hyper_parameters) | set(
-        job_hparams.DERIVED_FIELDS)
+    assert hyper_parameters == (destinations & hyper_parameters) | derived_fields()
 
 
 def test_resolve_fills_in_what_the_data_the_devices_and_the_cluster_decide():
@@ -249,8 +254,7 @@ def test_resolve_fills_in_what_the_data_the_devices_and_the_cluster_decide():
     resolved = flags.resolve(parsed, cluster.ClusterTask("ps", 0, spec))
     # The ps trains nothing: auto takes fp32 there without measuring.
     assert resolved.hparams == dataclasses.replace(
-        parsed.hparams, precision="fp32", num_workers=3, data_format="channels_last",
-        num_train_examples=40000)
+        parsed.hparams, precision="fp32", num_workers=3, num_train_examples=40000)
     assert parsed.hparams.precision == "auto"  # what was parsed stays as it was
 
 
@@ -292,8 +296,7 @@ def test_a_run_length_given_replaces_the_recipes_whichever_form_it_takes(
 
 def test_without_a_recipe_the_trainer_is_the_tutorials_and_says_so_in_hparams():
     settings = flags.resolve(flags.parse(["--job-dir", "j"]))
-    assert settings.hparams == dataclasses.replace(
-        job_hparams.DEFAULTS, data_format="channels_first")
+    assert settings.hparams == job_hparams.DEFAULTS
     assert job_hparams.DEFAULTS.recipe == "tutorial"
 
 
@@ -317,6 +320,8 @@ def test_the_plan_line_and_hparams_json_name_the_recipe(base_args, tmp_path):
     saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
     assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
             saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 2)
+    # The layout the network computed in, which the devices decided, is recorded too.
+    assert saved["data_format"] == "channels_last"
 
 
 @pytest.mark.slow

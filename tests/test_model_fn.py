@@ -83,6 +83,15 @@ def test_tower_layout_devices():
     assert model_fn.TowerLayout.for_devices(2, 1, "GPU").consolidation_device == "/gpu:0"
 
 
+def test_the_layout_inside_the_network_is_the_devices_own_unless_given():
+    assert model_fn.TowerLayout.for_devices(2).data_format == "channels_first"
+    assert model_fn.TowerLayout.for_devices(0, 3).data_format == "channels_last"
+    assert model_fn.TowerLayout.for_devices(
+        0, data_format="channels_first").data_format == "channels_first"
+    assert model_fn.TowerLayout.for_devices(
+        1, data_format="channels_last").data_format == "channels_last"
+
+
 def test_split_batch_into_towers_keeps_order():
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         images = tf.reshape(tf.range(6 * 2, dtype=tf.float32), [6, 2])
@@ -198,11 +207,11 @@ def test_variable_strategy_gpu_spreads_variables_over_the_towers_by_size():
     # Only device strings are built here, so no GPU is needed.
     with tf.Graph().as_default() as graph:
         layout = model_fn.TowerLayout.for_devices(num_gpus=2, variable_strategy="GPU")
-        hparams = job_hparams.HParams(num_layers=20, data_format="channels_last")
+        hparams = job_hparams.HParams(num_layers=20)
         images = tf.zeros([4, 32, 32, 3])
         labels = tf.zeros([4], tf.int32)
         image_shards, label_shards = input_fn.split_batch_into_towers(images, labels, 2)
-        tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+        tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"), "channels_last")
         model_fn.build_towers(image_shards, label_shards, layout, tower_fn, is_training=True)
         variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
     bytes_on = {}
@@ -232,7 +241,7 @@ def resnet8_tower_loss(hparams, decayed_of):
         images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
         labels = tf.constant([3, 7])
         with tf.compat.v1.variable_scope("resnet"):
-            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"), "channels_last")
             loss, probabilities = tower_fn(images, labels, True)
         trainable = tf.compat.v1.trainable_variables()
         decayed = decayed_of(trainable)
@@ -473,7 +482,7 @@ def tower_losses_sharing_variables(is_training, *label_smoothings):
         losses = []
         for index, label_smoothing in enumerate(label_smoothings):
             hparams = job_hparams.HParams(num_layers=8, label_smoothing=label_smoothing)
-            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"))
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"), "channels_last")
             with tf.compat.v1.variable_scope("resnet", reuse=bool(index)):
                 losses.append(tower_fn(images, labels, is_training)[0])
         with tf.compat.v1.Session() as session:

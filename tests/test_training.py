@@ -351,6 +351,8 @@ def test_tensorboard_reads_the_same_tags_for_training_and_evaluation_and_the_hpa
     assert session.hparams["num_layers"].number_value == recorded["num_layers"] == 8
     assert session.hparams["recipe"].string_value == "tutorial"
     assert session.hparams["eval_flips"].bool_value is False
+    assert session.hparams["data_format"].string_value == recorded["data_format"] == (
+        "channels_last")
     experiment = metadata.parse_experiment_plugin_data(
         runs.SummaryMetadata(".", metadata.EXPERIMENT_TAG).plugin_data.content)
     assert {(metric.name.group, metric.name.tag) for metric in experiment.metric_infos} == {

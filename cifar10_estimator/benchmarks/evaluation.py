@@ -53,10 +53,8 @@ def _evaluation_ways(hparams):
         raise UsageError("the job trained in %s, so its evaluation is float32 either way; "
                          "pass a job trained with --precision bf16 (or auto where it took "
                          "bf16)" % hparams.precision)
-    # The CPU's layout, as the trainer takes it there, whatever devices the job used.
-    on_this_cpu = dataclasses.replace(hparams, data_format="channels_last")
-    return [("float32", dataclasses.replace(on_this_cpu, eval_in_training_precision=False)),
-            (hparams.precision, dataclasses.replace(on_this_cpu, eval_in_training_precision=True))]
+    return [("float32", dataclasses.replace(hparams, eval_in_training_precision=False)),
+            (hparams.precision, dataclasses.replace(hparams, eval_in_training_precision=True))]
 
 
 def main(argv):

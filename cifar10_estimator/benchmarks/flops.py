@@ -67,9 +67,9 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last"):
         forward_flops = _graph_flops(forward_graph)
 
     with tf.Graph().as_default() as train_graph:
-        hparams = job_hparams.HParams(num_layers=num_layers, train_batch_size=batch_size,
-                                      data_format=data_format)
-        build_model = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(0), hparams)
+        hparams = job_hparams.HParams(num_layers=num_layers, train_batch_size=batch_size)
+        build_model = model_fn.make_model_fn(
+            model_fn.TowerLayout.for_devices(0, data_format=data_format), hparams)
         labels = tf.compat.v1.placeholder(tf.int32, [batch_size])
         build_model([_image_batch(batch_size)], [labels], tf.estimator.ModeKeys.TRAIN, None)
         trainable_parameters = sum(variable.shape.num_elements()

@@ -70,8 +70,8 @@ def _training_session(args):
     from cifar10_estimator import input_fn, model_fn
     hparams = job_hparams.HParams(
         num_layers=args.num_layers, train_batch_size=args.batch_size, precision=args.precision,
-        train_steps=1000000, num_train_examples=45000, data_format=args.data_format)
-    layout = model_fn.TowerLayout.for_devices(0)
+        train_steps=1000000, num_train_examples=45000)
+    layout = model_fn.TowerLayout.for_devices(0, data_format=args.data_format)
     images, labels = input_fn.make_synthetic_input_fn(1, args.batch_size)()
     spec = model_fn.make_model_fn(layout, hparams)(
         images, labels, tf.estimator.ModeKeys.TRAIN, None)

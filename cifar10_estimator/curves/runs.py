@@ -8,7 +8,7 @@ import typing
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
-from cifar10_estimator.cli import flag_of
+from cifar10_estimator.cli import flag_of, option_fields
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import schedule
 
@@ -35,6 +35,8 @@ class Run:
       test_accuracy: the one final test evaluation (0..1), None before it ran.
       validation_accuracy_minutes, learning_rate_minutes: the same values against minutes.
       test_minutes: when the test result was written, in minutes, or None.
+      data_format: the layout its network computed in, as hparams.json records it beside
+        the HParams (the devices chose it), or None.
     """
 
     job_dir: str
@@ -45,6 +47,7 @@ class Run:
     validation_accuracy_minutes: list = dataclasses.field(default_factory=list)
     learning_rate_minutes: list = dataclasses.field(default_factory=list)
     test_minutes: typing.Optional[float] = None
+    data_format: typing.Optional[str] = None
 
 
 def read_run(job_dir):
@@ -53,7 +56,7 @@ def read_run(job_dir):
     Raises:
       Cifar10EstimatorError: no hparams.json, or no validation evaluation yet.
     """
-    hparams = job_hparams.load(job_dir)
+    hparams, data_format = job_hparams.load_record(job_dir)
     epochs_per_step = hparams.examples_per_global_step / hparams.num_train_examples
     validation = _scalar_by_step(os.path.join(job_dir, VALIDATION_FOLDER), ACCURACY_TAG)
     if not validation:
@@ -74,7 +77,8 @@ def read_run(job_dir):
                learning_rate_minutes=_against(
                    rates, lambda _, wall_time: (wall_time - start) / 60),
                test_minutes=None if test_accuracy is None
-               else (os.path.getmtime(test_path) - start) / 60)
+               else (os.path.getmtime(test_path) - start) / 60,
+               data_format=data_format)
 
 
 def _against(values_by_step, x_of):
@@ -144,7 +148,7 @@ def labels(runs):
     single run) are named by their job directory, which is also added where two labels
     would otherwise be the same.
     """
-    values = [_used_values(run.hparams) for run in runs]
+    values = [_used_values(run) for run in runs]
     differing = [name for name in values[0]
                  if len({json.dumps(value[name]) for value in values}) > 1]
     texts = [", ".join(_as_flag(name, value[name]) for name in differing
@@ -157,20 +161,23 @@ def labels(runs):
 
 # Stands for a field the run's training did not read: equal to itself, shown as nothing.
 _UNUSED = "(unused)"
+# The recorded fields a hyper-parameter's flag sets; the others read as their names.
+_FLAGGED = {field.name for field in option_fields(job_hparams.HParams)}
 
 
-def _used_values(hparams):
-    """The run's fields as a dict, _UNUSED where the run's schedule ignores the field, so
-    that runs recorded with different defaults for it are not told apart by it."""
-    values = dataclasses.asdict(hparams)
-    for name in schedule.unused_fields(hparams):
+def _used_values(run):
+    """The run's recorded fields as a dict, _UNUSED where the run's schedule ignores the
+    field, so that runs recorded with different defaults for it are not told apart by it."""
+    values = job_hparams.record(run.hparams, run.data_format)
+    for name in schedule.unused_fields(run.hparams):
         values[name] = _UNUSED
     return values
 
 
 def _as_flag(name, value):
-    """How a field's value reads on the trainer's command line, e.g. '--nesterov'."""
-    if name in job_hparams.DERIVED_FIELDS:
+    """How a field's value reads on the trainer's command line, e.g. '--nesterov'; a field
+    no hyper-parameter's flag sets reads as its name, e.g. 'num workers 2'."""
+    if name not in _FLAGGED:
         return "%s %s" % (name.replace("_", " "), value)
     flag = flag_of(name)
     if value is True:

@@ -127,6 +127,7 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size, evaluation
         # the same file order, so the last batch wraps around: keep the first
         # num_examples predictions and every example counts exactly once.
         images, labels = dataset.make_batch(batch_size)
+        # The CPU's towers and layout, whatever devices the job trained on.
         make = model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams)
         if evaluation_graph:
             spec = make([images], [labels], tf.estimator.ModeKeys.EVAL, None)

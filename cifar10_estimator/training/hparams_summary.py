@@ -1,6 +1,6 @@
 """A job's hyper-parameters in TensorBoard's HParams dashboard, beside its accuracies.
 
-The chief writes the resolved HParams (the values hparams.json holds) into the job dir's
+The chief writes the resolved HParams (the record hparams.json holds) into the job dir's
 events when it starts, with the dashboard's metrics: the evaluations' accuracy and loss
 on the validation set (job-dir/eval_validation/) and the test accuracy
 (job-dir/eval_test/), whose newest values the dashboard shows. `tensorboard --logdir
@@ -8,7 +8,6 @@ JOBS` over several job dirs then lists each job as a row, so recipes and seeds c
 in one table. Uses the HParams plugin of the tensorboard package TensorFlow installs.
 """
 
-import dataclasses
 import os
 
 import tensorflow as tf
@@ -19,10 +18,10 @@ from tensorboard.plugins.hparams import api as hparams_api
 VALIDATION_DIR = "eval_validation"
 
 
-def dashboard_values(hparams):
-    """The HParams fields the dashboard can show (numbers, strings and booleans that are
-    set); a field left unset (None) is left out of the job's row."""
-    return {name: value for name, value in dataclasses.asdict(hparams).items()
+def dashboard_values(recorded):
+    """The recorded values (hparams.record's) the dashboard can show (numbers, strings and
+    booleans that are set); a field left unset (None) is left out of the job's row."""
+    return {name: value for name, value in recorded.items()
             if isinstance(value, (bool, int, float, str))}
 
 
@@ -34,8 +33,9 @@ def dashboard_metrics(test_dir):
             (test_dir, "accuracy", "test accuracy"))
 
 
-def write(job_dir, hparams, test_dir):
-    """Write the job's HParams and the dashboard's metrics into job_dir's events.
+def write(job_dir, recorded, test_dir):
+    """Write the job's recorded hyper-parameters (hparams.record's) and the dashboard's
+    metrics into job_dir's events.
 
     Call in eager mode (main's, outside the Estimator's graphs). A resumed job writes
     them again; the dashboard shows the newest.
@@ -43,7 +43,7 @@ def write(job_dir, hparams, test_dir):
     Args:
       test_dir: the directory of the one test evaluation under the job dir.
     """
-    values = dashboard_values(hparams)
+    values = dashboard_values(recorded)
     writer = tf.summary.create_file_writer(job_dir, filename_suffix=".hparams")
     with writer.as_default():
         hparams_api.hparams_config(
