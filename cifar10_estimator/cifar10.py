@@ -4,9 +4,10 @@ The batches are what the original tutorial produced: float32 images [N, 32, 32, 
 with pixel values 0..255 (the model standardises them) and int32 labels [N]; training
 images are zero-padded to 40x40, randomly cropped back to 32x32 (offsets uniform over
 0..8 in each axis) and flipped left-right with probability 1/2, independently per image.
-Two options change that augmentation for short runs (both off by default): crops that
-move the image by fewer pixels (max_shift), and flips that alternate from one epoch to
-the next for each image instead of being drawn anew (alternating_flips).
+An AugmentationConfig changes that augmentation for short runs (the original's by
+default): crops that move the image by fewer pixels (train_max_shift), and flips that
+alternate from one epoch to the next for each image instead of being drawn anew
+(alternating_flips).
 
 It is built for throughput rather than record by record like the original:
   - the subset file is read and decoded once, as a single batch, and the decoded
@@ -25,10 +26,13 @@ cut short is read to where it ends. The commands run tfrecord_format.check_tfrec
 each file once before they read it, which tells either in one line.
 """
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 
 from cifar10_estimator.data import tfrecord_format
+from cifar10_estimator.hparams import DEFAULTS, LayerConfig
 # CIFAR-10's facts and the crops' padding, which every module after the TFRecords takes
 # from here.
 from cifar10_estimator.data.cifar10_facts import (  # noqa: F401
@@ -46,6 +50,33 @@ _READ_BUFFER_BYTES = 8 << 20
 # _fixed_size_options.
 _PARALLEL_BATCHES = 2
 _PREFETCH_BATCHES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentationConfig(LayerConfig):
+    """How training images are cropped and flipped, handed whole to Cifar10DataSet; the
+    trainer builds it once from its HParams (from_hparams). The defaults are the
+    original's augmentation.
+
+    Attributes:
+      train_max_shift: crops move the image by up to this many pixels along each axis
+        (offsets uniform over -train_max_shift..train_max_shift), 0..MAX_SHIFT; the
+        original's is MAX_SHIFT.
+      alternating_flips: each image is mirrored in every other epoch, starting in its
+        first epoch with probability 1/2 (Jordan 2024's "alternating flip"), rather
+        than with probability 1/2 in every epoch.
+
+    Raises:
+      ValueError: train_max_shift out of range.
+    """
+
+    train_max_shift: int = DEFAULTS.train_max_shift
+    alternating_flips: bool = DEFAULTS.alternating_flips
+
+    def __post_init__(self):
+        if not 0 <= self.train_max_shift <= MAX_SHIFT:
+            raise ValueError("train_max_shift must be 0..%d, got %r"
+                             % (MAX_SHIFT, self.train_max_shift))
 
 
 class _NumExamplesPerEpoch:
@@ -75,31 +106,24 @@ class Cifar10DataSet:
 
     num_examples_per_epoch = _NumExamplesPerEpoch()
 
-    def __init__(self, data_dir, subset="train", use_distortion=True, max_shift=MAX_SHIFT,
-                 alternating_flips=False):
+    def __init__(self, data_dir, subset="train", use_distortion=True,
+                 augmentation=AugmentationConfig()):
         """
         Args:
           data_dir: directory written by generate_tfrecords.
           subset: 'train' (shuffled), 'validation' or 'eval' (both in file order).
           use_distortion: pad/crop/flip the training images; ignored for other subsets.
-          max_shift: training crops move the image by up to this many pixels along each
-            axis (offsets uniform over -max_shift..max_shift), 0..MAX_SHIFT; the
-            original's is MAX_SHIFT.
-          alternating_flips: each training image is mirrored in every other epoch,
-            starting in its first epoch with probability 1/2 (Jordan 2024's
-            "alternating flip"), rather than with probability 1/2 in every epoch.
+          augmentation: an AugmentationConfig, how the training images are cropped and
+            flipped; the original's by default.
 
         Raises:
-          ValueError: unknown subset, or max_shift out of range.
+          ValueError: unknown subset.
           Cifar10EstimatorError: data_dir or the subset's TFRecord file is missing.
         """
-        if not 0 <= max_shift <= MAX_SHIFT:
-            raise ValueError("max_shift must be 0..%d, got %r" % (MAX_SHIFT, max_shift))
         self.data_dir = data_dir
         self.subset = subset
         self.use_distortion = use_distortion
-        self.max_shift = max_shift
-        self.alternating_flips = alternating_flips
+        self.augmentation = augmentation
         self.filename = tfrecord_format.tfrecord_path(data_dir, subset)  # checks the subset
         check_tfrecords_exist(data_dir, [subset])
 
@@ -172,7 +196,7 @@ class Cifar10DataSet:
         if self.subset == "train" and self.use_distortion:
             padded_images = pad_images(images)
             first_flips = None
-            if self.alternating_flips:
+            if self.augmentation.alternating_flips:
                 # Each image's flip in its first epoch; it alternates from there.
                 first_flips = tf.random.stateless_uniform(
                     [num_examples], tf.random.experimental.stateless_fold_in(crop_seed, -1)) < 0.5
@@ -183,7 +207,8 @@ class Cifar10DataSet:
                 if first_flips is not None:
                     flips = tf.not_equal(tf.gather(first_flips, indices),
                                          tf.equal(epochs % 2, 1))
-                return random_crops(padded_images, indices, seed, self.max_shift, flips)
+                return random_crops(padded_images, indices, seed,
+                                    self.augmentation.train_max_shift, flips)
         else:
             def take_images(batch_number, indices, epochs):
                 return gather_images(images, indices)

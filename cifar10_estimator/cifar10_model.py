@@ -5,6 +5,8 @@ import tensorflow as tf
 from cifar10_estimator import model_base
 from cifar10_estimator import cifar10
 from cifar10_estimator.hparams import num_units_per_stage
+# What ResNetCifar10.from_config takes, here with the network.
+from cifar10_estimator.model_base import ModelConfig  # noqa: F401
 
 # The tutorial's network has 11 outputs for CIFAR-10's 10 classes. That was a
 # quirk, kept so checkpoints of the original (dense/kernel of shape [64, 11])
@@ -26,7 +28,10 @@ class ResNetCifar10(model_base.ResNet):
     def __init__(self, num_layers, is_training, batch_norm_decay, batch_norm_epsilon,
                  data_format="channels_first", num_classes=ORIGINAL_NUM_CLASSES,
                  zero_init_residual=False):
-        """Args:
+        """The tutorial's constructor; the trainer's is
+        ResNetCifar10.from_config(ModelConfig, is_training, data_format).
+
+        Args:
           num_layers: depth 6n + 2 with n >= 1 (20, 32, 44, 56 and 110 in the paper).
           is_training, batch_norm_decay, batch_norm_epsilon, data_format,
             zero_init_residual: see model_base.ResNet.
@@ -36,9 +41,14 @@ class ResNetCifar10(model_base.ResNet):
         Raises:
           ValueError: num_layers is not 6n + 2, or data_format is unknown.
         """
-        super().__init__(is_training, data_format, batch_norm_decay, batch_norm_epsilon,
-                         zero_init_residual)
-        self.num_units_per_stage = num_units_per_stage(num_layers)
+        self._set_up(ModelConfig(num_layers=num_layers, batch_norm_decay=batch_norm_decay,
+                                 batch_norm_epsilon=batch_norm_epsilon,
+                                 zero_init_residual=zero_init_residual),
+                     is_training, data_format, num_classes)
+
+    def _set_up(self, config, is_training, data_format, num_classes=ORIGINAL_NUM_CLASSES):
+        super()._set_up(config, is_training, data_format)
+        self.num_units_per_stage = num_units_per_stage(config.num_layers)
         self.num_classes = num_classes
 
     def forward_pass(self, x, input_data_format="channels_last"):

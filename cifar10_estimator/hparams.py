@@ -251,6 +251,25 @@ class HParams:
 DEFAULTS = HParams()
 
 
+class LayerConfig:
+    """Base of the config a layer takes whole: cifar10_model.ModelConfig (the network),
+    cifar10.AugmentationConfig (the training crops) and model_fn.OptimisationConfig (the
+    loss and the update).
+
+    A subclass is a frozen dataclass of HParams fields, each under its HParams name and
+    with its HParams default (DEFAULTS.name), declared in the layer that reads it; the
+    run builds it once with from_hparams and each layer hands it down whole. A new
+    hyper-parameter is its option here, a field of its layer's config, its use, its
+    test and the manual's flag table, and nothing between.
+    """
+
+    @classmethod
+    def from_hparams(cls, hparams):
+        """The config of `hparams`: each field the value of the HParams field of its name."""
+        return cls(**{field.name: getattr(hparams, field.name)
+                      for field in dataclasses.fields(cls)})
+
+
 def record(hparams, data_format):
     """What hparams.json and TensorBoard's HParams dashboard record of a job: its HParams'
     values, and the layout its network computed in (model_fn.TowerLayout.data_format),

@@ -22,7 +22,7 @@ def split_batch_into_towers(images, labels, num_towers):
 
 
 def make_tfrecord_input_fn(data_dir, subset, num_towers, batch_size, use_distortion,
-                           max_shift=cifar10.MAX_SHIFT, alternating_flips=False):
+                           augmentation=cifar10.AugmentationConfig()):
     """An Estimator input_fn reading `subset` from the TFRecords in data_dir.
 
     Args:
@@ -31,15 +31,14 @@ def make_tfrecord_input_fn(data_dir, subset, num_towers, batch_size, use_distort
       num_towers: number of shards each global batch is split into.
       batch_size: global batch size (all towers of this worker together).
       use_distortion: pad/crop/flip augmentation (training only).
-      max_shift, alternating_flips: how it crops and flips (see cifar10.Cifar10DataSet).
+      augmentation: a cifar10.AugmentationConfig, how it crops and flips.
 
     Returns:
       A function returning (image_shards, label_shards), built on the CPU.
     """
     def input_fn():
         with tf.device("/cpu:0"):
-            dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion, max_shift,
-                                             alternating_flips)
+            dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion, augmentation)
             images, labels = dataset.make_batch(batch_size)
             return split_batch_into_towers(images, labels, num_towers)
     return input_fn
@@ -52,7 +51,7 @@ INPUT_SEEDS_NAME = "input_pipeline/seeds"
 
 
 def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
-                           max_shift=cifar10.MAX_SHIFT, alternating_flips=False, rank=0):
+                           augmentation=cifar10.AugmentationConfig(), rank=0):
     """The trainer's input_fn: the training batches from where the job's global step is.
 
     A batch is a function of the stream's seeds and its number alone (see
@@ -65,8 +64,8 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
     Dataset.
 
     Args:
-      data_dir, num_towers, batch_size, use_distortion, max_shift, alternating_flips: as
-        for make_tfrecord_input_fn.
+      data_dir, num_towers, batch_size, use_distortion, augmentation: as for
+        make_tfrecord_input_fn.
       rank: the trainer's rank in a cluster (chief 0, worker i: i + 1); each draws a
         stream of its own from the shared seeds.
 
@@ -79,7 +78,7 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
             global_step = tf.compat.v1.train.get_global_step()
             first_batch = 0 if global_step is None else tf.identity(global_step)
             dataset = cifar10.Cifar10DataSet(
-                data_dir, "train", use_distortion, max_shift, alternating_flips
+                data_dir, "train", use_distortion, augmentation
             ).make_dataset(batch_size, seeds, first_batch)
             return dataset.map(cifar10.without_autograph(lambda images, labels: tuple(
                 tuple(shards) for shards in split_batch_into_towers(images, labels, num_towers))))

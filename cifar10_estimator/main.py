@@ -190,14 +190,14 @@ def starting_values(settings, task=None):
 def make_train_input_fn(settings, task=None):
     """The training input_fn of the settings: TFRecords from where the job's global step
     is (a resumed run continues its stream), or synthetic batches."""
-    from cifar10_estimator import input_fn
+    from cifar10_estimator import cifar10, input_fn
     batch_size = settings.hparams.train_batch_size
     if settings.use_synthetic_data:
         return input_fn.make_synthetic_input_fn(settings.num_towers, batch_size)
     return input_fn.make_training_input_fn(
         settings.data_dir, settings.num_towers, batch_size,
-        settings.use_distortion_for_training, max_shift=settings.hparams.train_max_shift,
-        alternating_flips=settings.hparams.alternating_flips, rank=trainer_rank(task))
+        settings.use_distortion_for_training,
+        cifar10.AugmentationConfig.from_hparams(settings.hparams), rank=trainer_rank(task))
 
 
 def make_eval_input_fn(settings, subset):

@@ -9,7 +9,11 @@ Variable names follow the original tutorial's checkpoints: `conv2d[_k]/kernel`,
 `BatchNorm[_k]/{gamma,beta,moving_mean,moving_variance}` and `dense/{kernel,bias}`.
 """
 
+import dataclasses
+
 import tensorflow as tf
+
+from cifar10_estimator.hparams import DEFAULTS, LayerConfig
 
 DATA_FORMATS = ("channels_first", "channels_last")
 
@@ -20,34 +24,76 @@ _CONV_INITIALIZER = tf.compat.v1.variance_scaling_initializer(
     scale=2.0, mode="fan_in", distribution="truncated_normal")
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(LayerConfig):
+    """The network's hyper-parameters, handed whole to the network and its blocks
+    (ResNet.from_config); the run builds it once from its HParams (from_hparams). Where
+    the network computes (its data format) is the devices' choice, not the model's.
+
+    Attributes:
+      num_layers: the depth of the network a subclass builds (ResNetCifar10: 6n + 2).
+      batch_norm_decay: momentum of the moving mean and variance.
+      batch_norm_epsilon: added to the variance to avoid dividing by zero.
+      zero_init_residual: start the scale (gamma) of each residual unit's last batch
+        norm at 0 rather than 1, so every unit starts as the identity (Goyal et al.
+        2017); the variables and checkpoints are the same either way.
+    """
+
+    num_layers: int = DEFAULTS.num_layers
+    batch_norm_decay: float = DEFAULTS.batch_norm_decay
+    batch_norm_epsilon: float = DEFAULTS.batch_norm_epsilon
+    zero_init_residual: bool = DEFAULTS.zero_init_residual
+
+
 class ResNet:
-    """Base class of ResNet models: the building blocks; subclasses define forward_pass."""
+    """Base class of ResNet models: the building blocks; subclasses define forward_pass.
+
+    `config` is the ModelConfig the network was built from.
+    """
 
     def __init__(self, is_training, data_format, batch_norm_decay, batch_norm_epsilon,
                  zero_init_residual=False):
-        """Args:
+        """The tutorial's constructor, each hyper-parameter an argument (the trainer
+        builds networks with from_config).
+
+        Args:
           is_training: build the training graph (batch statistics, moving-average
             updates in UPDATE_OPS) rather than the inference graph.
           data_format: layout used inside the network, 'channels_first' (NCHW,
             fastest on GPU) or 'channels_last' (NHWC, the only one CPU kernels
             support without oneDNN).
-          batch_norm_decay: momentum of the moving mean and variance.
-          batch_norm_epsilon: added to the variance to avoid dividing by zero.
-          zero_init_residual: start the scale (gamma) of each residual unit's last batch
-            norm at 0 rather than 1, so every unit starts as the identity (Goyal et al.
-            2017); the variables and checkpoints are the same either way.
+          batch_norm_decay, batch_norm_epsilon, zero_init_residual: see ModelConfig.
 
         Raises:
           ValueError: data_format is not one of DATA_FORMATS.
         """
+        self._set_up(ModelConfig(batch_norm_decay=batch_norm_decay,
+                                 batch_norm_epsilon=batch_norm_epsilon,
+                                 zero_init_residual=zero_init_residual),
+                     is_training, data_format)
+
+    @classmethod
+    def from_config(cls, config, is_training, data_format, **arguments):
+        """The network `config` (a ModelConfig) describes, for training or inference
+        (is_training), computing in `data_format`; `arguments` are a subclass's other
+        constructor arguments (ResNetCifar10's num_classes).
+
+        Raises:
+          ValueError: as the constructor.
+        """
+        # Not through __init__, which takes the hyper-parameters one by one.
+        network = cls.__new__(cls)
+        network._set_up(config, is_training, data_format, **arguments)
+        return network
+
+    def _set_up(self, config, is_training, data_format):
+        """What both constructors do: check the data format and keep the config whole."""
         if data_format not in DATA_FORMATS:
             raise ValueError("data_format must be 'channels_first' or 'channels_last', got %r"
                              % (data_format,))
+        self.config = config
         self._is_training = is_training
         self._data_format = data_format
-        self._batch_norm_decay = batch_norm_decay
-        self._batch_norm_epsilon = batch_norm_epsilon
-        self._zero_init_residual = zero_init_residual
 
     @property
     def data_format(self):
@@ -162,12 +208,12 @@ class ResNet:
         The layer is named BatchNorm (BatchNorm_1, ...) like tf.contrib.layers.batch_norm,
         which the tutorial used, so its checkpoints' variable names carry over.
         is_last_in_unit: the batch norm before a residual unit's addition, whose scale
-        starts at 0 with zero_init_residual.
+        starts at 0 with the config's zero_init_residual.
         """
-        zero_scale = is_last_in_unit and self._zero_init_residual
+        zero_scale = is_last_in_unit and self.config.zero_init_residual
         layer = tf.compat.v1.layers.BatchNormalization(
-            axis=self._channel_axis(), momentum=self._batch_norm_decay,
-            epsilon=self._batch_norm_epsilon, center=True, scale=True, fused=True,
+            axis=self._channel_axis(), momentum=self.config.batch_norm_decay,
+            epsilon=self.config.batch_norm_epsilon, center=True, scale=True, fused=True,
             gamma_initializer=tf.compat.v1.zeros_initializer() if zero_scale
             else tf.compat.v1.ones_initializer(),
             name="BatchNorm")

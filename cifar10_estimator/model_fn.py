@@ -7,6 +7,7 @@ on the device of their variable and one optimizer update is applied.
 """
 
 import dataclasses
+import typing
 
 import numpy as np
 import tensorflow as tf
@@ -88,6 +89,31 @@ class TowerLayout:
             worker_device=worker_device, ps_strategy=strategy)
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimisationConfig(job_hparams.LayerConfig):
+    """What a training step minimises and how it updates the weights, handed whole to
+    the tower's loss and to the optimizer; make_model_fn builds it from its HParams.
+    Each field is the trainer flag of its name (hparams.HParams).
+
+    Attributes:
+      label_smoothing, weight_decay, weight_decay_scope: the loss (tower_loss).
+      momentum, nesterov: the momentum optimizer's.
+      shift_learning_rate_factor: batch norm's shift variables' rate, relative.
+      moving_average_decay: the weights' averages kept beside them (None: none).
+      sync, num_workers: synchronous replicas, and how many trainers there are.
+    """
+
+    label_smoothing: float = job_hparams.DEFAULTS.label_smoothing
+    weight_decay: float = job_hparams.DEFAULTS.weight_decay
+    weight_decay_scope: str = job_hparams.DEFAULTS.weight_decay_scope
+    momentum: float = job_hparams.DEFAULTS.momentum
+    nesterov: bool = job_hparams.DEFAULTS.nesterov
+    shift_learning_rate_factor: float = job_hparams.DEFAULTS.shift_learning_rate_factor
+    moving_average_decay: typing.Optional[float] = job_hparams.DEFAULTS.moving_average_decay
+    sync: bool = job_hparams.DEFAULTS.sync
+    num_workers: int = job_hparams.DEFAULTS.num_workers
+
+
 def average_gradients(tower_gradvars):
     """Average each variable's gradient over the towers, on the variable's own device.
 
@@ -126,21 +152,19 @@ def scale_shift_gradients(gradvars, factor):
             for gradient, variable in gradvars]
 
 
-def _resnet_logits(images, is_training, hparams, dtype, data_format):
-    """float32 logits of the network computing in `dtype` (float32, or the precision
-    policy's compute type: see mixed_precision.compute_dtype) and `data_format`."""
-    model = cifar10_model.ResNetCifar10(
-        hparams.num_layers,
-        is_training=is_training,
-        batch_norm_decay=hparams.batch_norm_decay,
-        batch_norm_epsilon=hparams.batch_norm_epsilon,
-        data_format=data_format,
-        zero_init_residual=hparams.zero_init_residual)
-    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
-                                     custom_getter=mixed_precision.float32_variables,
-                                     auxiliary_name_scope=False):
-        logits = model.forward_pass(tf.cast(images, dtype), input_data_format="channels_last")
-    return tf.cast(logits, tf.float32)
+def _network(config, data_format):
+    """logits(images, is_training, dtype): the float32 logits of the ResNet that `config`
+    (a cifar10_model.ModelConfig) describes, computing in `data_format` and `dtype`
+    (float32, or the precision policy's compute type: see mixed_precision.compute_dtype)."""
+    def logits(images, is_training, dtype):
+        model = cifar10_model.ResNetCifar10.from_config(config, is_training, data_format)
+        with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
+                                         custom_getter=mixed_precision.float32_variables,
+                                         auxiliary_name_scope=False):
+            output = model.forward_pass(tf.cast(images, dtype),
+                                        input_data_format="channels_last")
+        return tf.cast(output, tf.float32)
+    return logits
 
 
 def _training_resolution(images, hparams):
@@ -162,9 +186,9 @@ def _class_probabilities(logits):
     return tf.nn.softmax(cifar10_model.class_logits(logits))
 
 
-def _inference(images, hparams, dtype, data_format):
-    """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction,
-    the network computing in `dtype` and `data_format`.
+def _inference(images, network, hparams, dtype):
+    """(logits of `images`, class probabilities [N, 10]) of evaluation and prediction by
+    `network` (_network's), computing in `dtype`.
 
     With --eval-flips and --eval-shifts the network runs once on every view of the images
     (see _views) and the probabilities are the mean over each image's views. The logits
@@ -173,11 +197,9 @@ def _inference(images, hparams, dtype, data_format):
     """
     views = _views(images, hparams.eval_shifts, hparams.eval_flips)
     if len(views) == 1:
-        logits = _resnet_logits(images, False, hparams, dtype, data_format)
+        logits = network(images, False, dtype)
         return logits, _class_probabilities(logits)
-    all_logits = tf.split(
-        _resnet_logits(tf.concat(views, axis=0), False, hparams, dtype, data_format),
-        len(views), axis=0)
+    all_logits = tf.split(network(tf.concat(views, axis=0), False, dtype), len(views), axis=0)
     probabilities = tf.add_n([_class_probabilities(logits) for logits in all_logits])
     return all_logits[0], probabilities / float(len(views))
 
@@ -226,30 +248,37 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
 
 def make_resnet_tower_fn(hparams, precision_policy, data_format):
     """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet
-    computing in `data_format` (TowerLayout's).
+    of `hparams` (its ModelConfig) computing in `data_format` (TowerLayout's).
 
-    The loss is the mean cross entropy of the shard plus weight decay over the trainable
-    variables --weight-decay-scope names (decayed_variables; all of them, as in the
-    tutorial, by default); the probabilities [N, 10] are those the predictions come from
-    (see _inference for evaluation).
+    The loss is tower_loss's, of the OptimisationConfig of `hparams`; the probabilities
+    [N, 10] are those the predictions come from (see _inference for evaluation).
     """
+    network = _network(cifar10_model.ModelConfig.from_hparams(hparams), data_format)
+    optimisation = OptimisationConfig.from_hparams(hparams)
+
     def tower_fn(images, labels, is_training):
         if is_training:
-            logits = _resnet_logits(_training_resolution(images, hparams), True, hparams,
-                                    mixed_precision.compute_dtype(precision_policy),
-                                    data_format)
+            logits = network(_training_resolution(images, hparams), True,
+                             mixed_precision.compute_dtype(precision_policy))
             probabilities = _class_probabilities(logits)
         else:
             logits, probabilities = _inference(
-                images, hparams, mixed_precision.compute_dtype(
-                    precision_policy, hparams.eval_in_training_precision), data_format)
-        cross_entropy = mean_cross_entropy(
-            labels, logits, hparams.label_smoothing if is_training else 0.0)
-        decayed = decayed_variables(tf.compat.v1.trainable_variables(),
-                                    hparams.weight_decay_scope)
-        weight_decay = hparams.weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in decayed])
-        return cross_entropy + weight_decay, probabilities
+                images, network, hparams, mixed_precision.compute_dtype(
+                    precision_policy, hparams.eval_in_training_precision))
+        return tower_loss(labels, logits, optimisation, is_training), probabilities
     return tower_fn
+
+
+def tower_loss(labels, logits, optimisation, is_training):
+    """The mean cross entropy of a shard (label-smoothed in training) plus weight decay
+    over the trainable variables --weight-decay-scope names (decayed_variables; all of
+    them, as in the tutorial, by default); optimisation: an OptimisationConfig."""
+    cross_entropy = mean_cross_entropy(
+        labels, logits, optimisation.label_smoothing if is_training else 0.0)
+    decayed = decayed_variables(tf.compat.v1.trainable_variables(),
+                                optimisation.weight_decay_scope)
+    return cross_entropy + optimisation.weight_decay * tf.add_n(
+        [tf.nn.l2_loss(variable) for variable in decayed])
 
 
 def decayed_variables(variables, weight_decay_scope):
@@ -311,27 +340,28 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
     return tower_losses, tower_gradvars, tower_probabilities, update_ops
 
 
-def _make_optimizer(learning_rate, hparams, is_chief, loss_scale=None, weight_averages=None):
-    """The momentum optimizer, unscaling fp16 gradients with `loss_scale` (a
-    mixed_precision.DynamicLossScale, or None), updating `weight_averages` (a
-    weight_averaging.WeightAverages, or None) after each update, and wrapped for
-    synchronous replicas with --sync.
+def _make_optimizer(learning_rate, optimisation, is_chief, loss_scale=None,
+                    weight_averages=None):
+    """The momentum optimizer of `optimisation` (an OptimisationConfig), unscaling fp16
+    gradients with `loss_scale` (a mixed_precision.DynamicLossScale, or None), updating
+    `weight_averages` (a weight_averaging.WeightAverages, or None) after each update, and
+    wrapped for synchronous replicas with --sync.
 
     Returns:
       (optimizer, hooks) where hooks must run on every worker.
     """
     optimizer = tf.compat.v1.train.MomentumOptimizer(
-        learning_rate, momentum=hparams.momentum, use_nesterov=hparams.nesterov)
+        learning_rate, momentum=optimisation.momentum, use_nesterov=optimisation.nesterov)
     if loss_scale is not None:
         optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale)
     if weight_averages is not None:
         optimizer = weight_averaging.AveragingOptimizer(optimizer, weight_averages)
-    if not hparams.sync:
+    if not optimisation.sync:
         return optimizer, []
     optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
         optimizer,
-        replicas_to_aggregate=hparams.num_workers,
-        total_num_replicas=hparams.num_workers)
+        replicas_to_aggregate=optimisation.num_workers,
+        total_num_replicas=optimisation.num_workers)
     hooks = [optimizer.make_session_run_hook(is_chief=False)]
     if is_chief:
         hooks.append(cifar10_utils.SyncReplicasChiefHook(optimizer))
@@ -381,7 +411,9 @@ def _predict_spec(features, hparams):
     images = features["images"] if isinstance(features, dict) else features
     images = tf.cast(images, tf.float32)
     with tf.compat.v1.variable_scope(NETWORK_SCOPE):
-        _, probabilities = _inference(images, hparams, tf.float32, "channels_last")
+        _, probabilities = _inference(
+            images, _network(cifar10_model.ModelConfig.from_hparams(hparams), "channels_last"),
+            hparams, tf.float32)
     predictions = _predictions(probabilities)
     return tf.estimator.EstimatorSpec(
         mode=tf.estimator.ModeKeys.PREDICT,
@@ -409,6 +441,7 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
       features and labels are lists of one shard per tower (PREDICT: one batch).
     """
     precision_policy = precision.policy(hparams.precision)
+    optimisation = OptimisationConfig.from_hparams(hparams)
 
     def model_fn(features, labels, mode, config):
         if mode == tf.estimator.ModeKeys.PREDICT:
@@ -438,22 +471,9 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
                     mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics,
                     scaffold=_inference_scaffold(hparams))
 
-            global_step = tf.compat.v1.train.get_or_create_global_step()
-            learning_rate = schedule.learning_rate_tensor(hparams, global_step)
-            weight_averages = None
-            if hparams.moving_average_decay is not None:
-                weight_averages = weight_averaging.WeightAverages(
-                    hparams.moving_average_decay, tf.compat.v1.trainable_variables(),
-                    global_step)
-            optimizer, optimizer_hooks = _make_optimizer(
-                learning_rate, hparams, config.is_chief if config else True, loss_scale,
-                weight_averages)
-            apply_op = optimizer.apply_gradients(
-                scale_shift_gradients(average_gradients(tower_gradvars),
-                                      hparams.shift_learning_rate_factor),
-                global_step=global_step)
-            train_op = tf.group(apply_op, *update_ops)
-
+            train_op, learning_rate, weight_averages, optimizer_hooks = _training_update(
+                tower_gradvars, update_ops, hparams, optimisation,
+                config.is_chief if config else True, loss_scale)
             logged = _training_summaries(learning_rate, loss, stacked_labels,
                                          predictions["classes"], features[0], loss_scale)
             scaffold = _training_scaffold(config, loss_scale, weight_averages,
@@ -465,6 +485,31 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
             scaffold=scaffold)
 
     return model_fn
+
+
+def _training_update(tower_gradvars, update_ops, hparams, optimisation, is_chief,
+                     loss_scale=None):
+    """One step's update: the towers' averaged gradients applied at the schedule's rate
+    by the optimizer of `optimisation` (an OptimisationConfig), and tower 0's batch-norm
+    updates (build_towers' update_ops).
+
+    Returns:
+      (train_op, the learning rate tensor, the weight_averaging.WeightAverages or None,
+      the optimizer's hooks, which must run on every worker).
+    """
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    learning_rate = schedule.learning_rate_tensor(hparams, global_step)
+    weight_averages = None
+    if optimisation.moving_average_decay is not None:
+        weight_averages = weight_averaging.WeightAverages(
+            optimisation.moving_average_decay, tf.compat.v1.trainable_variables(), global_step)
+    optimizer, hooks = _make_optimizer(learning_rate, optimisation, is_chief, loss_scale,
+                                       weight_averages)
+    apply_op = optimizer.apply_gradients(
+        scale_shift_gradients(average_gradients(tower_gradvars),
+                              optimisation.shift_learning_rate_factor),
+        global_step=global_step)
+    return tf.group(apply_op, *update_ops), learning_rate, weight_averages, hooks
 
 
 def _training_summaries(learning_rate, loss, labels, classes, images, loss_scale=None):

@@ -20,11 +20,13 @@ def as_hwc(images_chw_flat):
 
 def run_batches(data_dir, subset, batch_size, num_batches, use_distortion=True, seed=1,
                 **augmentation):
-    """(images, labels) of num_batches batches, concatenated, read as an input_fn would."""
+    """(images, labels) of num_batches batches, concatenated, read as an input_fn would;
+    `augmentation` are AugmentationConfig fields."""
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(seed)
         images, labels = cifar10.Cifar10DataSet(
-            str(data_dir), subset, use_distortion, **augmentation).make_batch(batch_size)
+            str(data_dir), subset, use_distortion, cifar10.AugmentationConfig(**augmentation)
+        ).make_batch(batch_size)
         with tf.compat.v1.Session() as session:
             batches = [session.run([images, labels]) for _ in range(num_batches)]
     return (np.concatenate([b[0] for b in batches]),
@@ -160,7 +162,7 @@ def test_distortion_is_the_tutorials_pad_crop_and_flip_independently_per_image(
 
 @pytest.mark.parametrize("max_shift", [0, 2])
 def test_a_smaller_max_shift_keeps_crops_within_it_of_the_centre(patterned_data_dir, max_shift):
-    images, _ = run_batches(patterned_data_dir, "train", 96, 8, max_shift=max_shift)
+    images, _ = run_batches(patterned_data_dir, "train", 96, 8, train_max_shift=max_shift)
     crops = [recover_crop(image) for image in images]
     for image, crop in zip(images, crops):
         np.testing.assert_array_equal(image, expected_crop(*crop).astype(np.float32))
@@ -187,10 +189,9 @@ def test_alternating_flips_mirror_each_image_in_every_other_epoch(patterned_data
         np.testing.assert_array_equal(flipped[epoch], ~flipped[epoch - 1])
 
 
-def test_a_max_shift_beyond_the_padding_is_refused(tiny_records):
-    data_dir, _ = tiny_records
-    with pytest.raises(ValueError, match="max_shift must be 0..4"):
-        cifar10.Cifar10DataSet(str(data_dir), "train", max_shift=5)
+def test_a_max_shift_beyond_the_padding_is_refused():
+    with pytest.raises(ValueError, match="train_max_shift must be 0..4"):
+        cifar10.AugmentationConfig(train_max_shift=5)
 
 
 def test_a_graph_seed_makes_shuffling_and_augmentation_reproducible(tiny_records):

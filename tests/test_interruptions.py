@@ -316,13 +316,14 @@ def test_a_read_only_job_dir_ends_in_one_line_and_resumes_once_writable(tiny_dat
 def test_the_training_stream_resumes_at_the_global_step_without_a_seed(tiny_data_dir):
     """The batch a resumed run takes first is the one the stopped run would have taken
     next: the stream is a function of the checkpointed seeds and the global step."""
-    from cifar10_estimator import input_fn
+    from cifar10_estimator import cifar10, input_fn
 
     def batches(first_step, count, seeds=None):
         with tf.Graph().as_default(), tf.compat.v1.Session() as session:
             global_step = tf.compat.v1.train.get_or_create_global_step()
-            dataset = input_fn.make_training_input_fn(str(tiny_data_dir), 2, 16, True,
-                                                      alternating_flips=True)()
+            dataset = input_fn.make_training_input_fn(
+                str(tiny_data_dir), 2, 16, True,
+                cifar10.AugmentationConfig(alternating_flips=True))()
             iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
             next_batch = iterator.get_next()
             session.run(tf.compat.v1.global_variables_initializer())

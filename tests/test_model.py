@@ -32,6 +32,27 @@ def make_model(num_layers=8, is_training=True, data_format="channels_last", **kw
                                        BATCH_NORM_EPSILON, data_format=data_format, **kwargs)
 
 
+def test_a_network_from_its_config_is_the_one_of_the_tutorials_arguments():
+    config = cifar10_model.ModelConfig(num_layers=14, batch_norm_decay=BATCH_NORM_DECAY,
+                                       batch_norm_epsilon=BATCH_NORM_EPSILON,
+                                       zero_init_residual=True)
+    from_config = cifar10_model.ResNetCifar10.from_config(config, True, "channels_last",
+                                                          num_classes=10)
+    tutorials = make_model(14, num_classes=10, zero_init_residual=True)
+    assert from_config.config == tutorials.config == config
+    assert (from_config.num_units_per_stage, from_config.num_classes,
+            from_config.data_format) == (2, 10, "channels_last")
+    shapes = []
+    for model in (from_config, tutorials):
+        with tf.Graph().as_default():
+            model.forward_pass(tf.zeros([1, 32, 32, 3]))
+            shapes.append([(variable.op.name, variable.shape.as_list())
+                           for variable in tf.compat.v1.global_variables()])
+    assert shapes[0] == shapes[1] and len(shapes[0]) > 20
+    with pytest.raises(ValueError, match="data_format"):
+        cifar10_model.ResNetCifar10.from_config(config, True, "NHWC")
+
+
 def _nchw_probes():
     """(op type, fetch) pairs exercising each NCHW kernel the model uses, forward and backward."""
     x = tf.ones([1, 2, 4, 4])

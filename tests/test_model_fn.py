@@ -1,6 +1,7 @@
 """The multi-tower machinery: shards, towers on logical CPU devices, gradient averaging,
 and towers inside the workers of a --sync cluster."""
 
+import dataclasses
 import random
 import threading
 import types
@@ -10,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import cifar10_model, input_fn, model_fn
+from cifar10_estimator import cifar10, cifar10_model, input_fn, model_fn
 from cifar10_estimator.training import precision
 from cifar10_estimator.distributed import local_cluster
 
@@ -73,6 +74,31 @@ def test_average_gradients_rejects_towers_with_other_variables():
         second = tf.Variable(2.0)
         with pytest.raises(ValueError, match="variable order"):
             model_fn.average_gradients([[(tf.constant(1.0), first)], [(tf.constant(1.0), second)]])
+
+
+LAYER_CONFIGS = [cifar10_model.ModelConfig, cifar10.AugmentationConfig,
+                 model_fn.OptimisationConfig]
+
+
+@pytest.mark.parametrize("config_class", LAYER_CONFIGS)
+def test_a_layers_config_is_hyper_parameters_of_their_names_and_defaults(config_class):
+    hyper_parameters = {field.name: field for field in dataclasses.fields(job_hparams.HParams)}
+    fields = dataclasses.fields(config_class)
+    assert fields and {field.name for field in fields} <= set(hyper_parameters)
+    assert config_class() == config_class.from_hparams(job_hparams.DEFAULTS)
+    changed = job_hparams.HParams(num_layers=20, zero_init_residual=True, train_max_shift=2,
+                                  alternating_flips=True, momentum=0.8, sync=True,
+                                  num_workers=3, moving_average_decay=0.99)
+    config = config_class.from_hparams(changed)
+    assert {field.name: getattr(config, field.name) for field in fields} == {
+        field.name: getattr(changed, field.name) for field in fields}
+    assert config != config_class()
+
+
+def test_each_hyper_parameter_goes_to_one_layers_config_at_most():
+    names = [field.name for config_class in LAYER_CONFIGS
+             for field in dataclasses.fields(config_class)]
+    assert len(names) == len(set(names))
 
 
 def test_tower_layout_devices():
@@ -241,7 +267,8 @@ def resnet8_tower_loss(hparams, decayed_of):
         images = tf.random.uniform([2, 32, 32, 3], maxval=255.0, seed=1)
         labels = tf.constant([3, 7])
         with tf.compat.v1.variable_scope("resnet"):
-            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"), "channels_last")
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"),
+                                                     "channels_last")
             loss, probabilities = tower_fn(images, labels, True)
         trainable = tf.compat.v1.trainable_variables()
         decayed = decayed_of(trainable)
@@ -482,7 +509,8 @@ def tower_losses_sharing_variables(is_training, *label_smoothings):
         losses = []
         for index, label_smoothing in enumerate(label_smoothings):
             hparams = job_hparams.HParams(num_layers=8, label_smoothing=label_smoothing)
-            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"), "channels_last")
+            tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"),
+                                                     "channels_last")
             with tf.compat.v1.variable_scope("resnet", reuse=bool(index)):
                 losses.append(tower_fn(images, labels, is_training)[0])
         with tf.compat.v1.Session() as session:

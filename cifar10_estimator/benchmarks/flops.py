@@ -59,10 +59,8 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last"):
       trainable_parameters and uncounted_op_types.
     """
     with tf.Graph().as_default() as forward_graph:
-        model = cifar10_model.ResNetCifar10(
-            num_layers, is_training=False, batch_norm_decay=job_hparams.DEFAULTS.batch_norm_decay,
-            batch_norm_epsilon=job_hparams.DEFAULTS.batch_norm_epsilon,
-            data_format=data_format)
+        model = cifar10_model.ResNetCifar10.from_config(
+            cifar10_model.ModelConfig(num_layers=num_layers), False, data_format)
         model.forward_pass(_image_batch(batch_size), input_data_format="channels_last")
         forward_flops = _graph_flops(forward_graph)
 
