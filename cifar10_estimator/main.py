@@ -469,7 +469,7 @@ def make_exporters(subset):
     validation set the best one too (never select a model on test data)."""
     from cifar10_estimator.serving import export
     if subset == "validation":
-        return [export.latest_exporter(), export.best_exporter("validation")]
+        return export.latest_and_best_exporters("validation")
     return [export.latest_exporter()]
 
 

@@ -139,6 +139,49 @@ def test_what_a_killed_export_left_goes_before_the_next_export(tmp_path):
     assert sorted(os.listdir(str(export_path))) == ["1700000000"]
 
 
+class WritingEstimatorStub(EstimatorStub):
+    """An Estimator whose exports are directories with a SavedModel's files (not a model)."""
+
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, **kwargs):
+        self.exported_checkpoints.append(kwargs["checkpoint_path"])
+        export_dir = os.path.join(export_dir_base, str(1800000000 + len(self.exported_checkpoints)))
+        os.makedirs(os.path.join(export_dir, "variables"))
+        for name in ("saved_model.pb", os.path.join("variables", "variables.index")):
+            with open(os.path.join(export_dir, name), "w") as stream:
+                stream.write("%s of %s" % (name, kwargs["checkpoint_path"]))
+        return export_dir.encode()
+
+
+def files_of(directory):
+    return {os.path.relpath(os.path.join(path, name), directory):
+            open(os.path.join(path, name)).read()
+            for path, _, names in os.walk(directory) for name in names}
+
+
+def test_the_best_export_copies_the_latest_export_of_the_same_checkpoint(tmp_path):
+    write_eval_accuracies(str(tmp_path / "eval_validation"), {5: 0.5})
+    estimator = WritingEstimatorStub(str(tmp_path))
+    latest, best = export.latest_and_best_exporters("validation")
+    latest_path, best_path = tmp_path / "export" / "latest", tmp_path / "export" / "best"
+    result = {"accuracy": 0.75, "global_step": 10}
+    latest_dir = latest.export(estimator, str(latest_path), "ckpt-10", result, False).decode()
+    best_dir = best.export(estimator, str(best_path), "ckpt-10", result, False).decode()
+
+    assert estimator.exported_checkpoints == ["ckpt-10"]  # built once, then copied
+    assert os.path.dirname(best_dir) == str(best_path)
+    assert os.listdir(str(best_path)) == [os.path.basename(best_dir)]  # no temp- left
+    assert files_of(best_dir) == files_of(latest_dir)
+    assert "saved_model.pb of ckpt-10" in files_of(best_dir).values()
+
+    # Of another checkpoint than the latest export's, the best export is built, and
+    # replaces the one before (one best export is kept).
+    newer = {"accuracy": 0.875, "global_step": 15}
+    best_dir = best.export(estimator, str(best_path), "ckpt-15", newer, False).decode()
+    assert estimator.exported_checkpoints == ["ckpt-10", "ckpt-15"]
+    assert os.listdir(str(best_path)) == [os.path.basename(best_dir)]
+    assert "saved_model.pb of ckpt-15" in files_of(best_dir).values()
+
+
 def test_a_temporary_export_is_never_picked_though_newer(tmp_path):
     latest = tmp_path / "export" / "latest"
     for name in ("1700000000", "temp-1800000000"):

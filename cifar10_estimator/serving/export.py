@@ -19,6 +19,7 @@ Both return classes (int64 [N]), class_names (string [N]) and probabilities
 """
 
 import os
+import time
 
 import tensorflow as tf
 
@@ -78,6 +79,26 @@ def serving_input_receiver_fn():
         receiver_tensors_alternatives={IMAGE_BYTES_KEY: {IMAGE_BYTES_KEY: image_bytes}})
 
 
+class NewestExport:
+    """The SavedModel the latest exporter wrote last and the checkpoint it holds.
+
+    The best exporter runs after it on the same evaluation and, when it exports, would
+    build the same graph from the same checkpoint again (a model_fn call, a restore and
+    a write: about a third of a small run's evaluation); it copies this one instead.
+    """
+
+    def __init__(self):
+        self.checkpoint_path = None
+        self.export_dir = None
+
+    def of(self, checkpoint_path):
+        """The export of checkpoint_path if it is this one and still complete, else None."""
+        if (checkpoint_path == self.checkpoint_path and self.export_dir and
+                tf.io.gfile.exists(os.path.join(self.export_dir, "saved_model.pb"))):
+            return self.export_dir
+        return None
+
+
 class BestAccuracyExporter(tf.estimator.Exporter):
     """Exports when the eval accuracy is higher than that of every earlier evaluation.
 
@@ -87,9 +108,13 @@ class BestAccuracyExporter(tf.estimator.Exporter):
     This exporter compares with the evaluations recorded in the eval dir instead.
     """
 
-    def __init__(self, name, serving_input_receiver_fn, exports_to_keep, eval_name):
-        """eval_name: the named evaluation whose accuracies are compared (its eval dir)."""
+    def __init__(self, name, serving_input_receiver_fn, exports_to_keep, eval_name,
+                 newest_export=None):
+        """eval_name: the named evaluation whose accuracies are compared (its eval dir).
+        newest_export: a NewestExport; an export of the checkpoint it holds is copied."""
         self._eval_name = eval_name
+        self._exports_to_keep = exports_to_keep
+        self._newest_export = newest_export
         # LatestExporter does the writing and the garbage collection; this class decides when.
         self._exporter = tf.estimator.LatestExporter(
             name, serving_input_receiver_fn, exports_to_keep=exports_to_keep)
@@ -105,8 +130,31 @@ class BestAccuracyExporter(tf.estimator.Exporter):
                                         eval_result["global_step"])
             if best is not None and eval_result["accuracy"] <= best:
                 return None
+        source = self._newest_export and self._newest_export.of(checkpoint_path)
+        if source:
+            return copy_export(source, export_path, self._exports_to_keep)
         return self._exporter.export(
             estimator, export_path, checkpoint_path, eval_result, is_the_final_export)
+
+
+def copy_export(source_dir, export_path, exports_to_keep):
+    """Copy the SavedModel source_dir to a new export_path/<timestamp>/, as tf.estimator
+    writes one (into temp-<timestamp>/, renamed when complete), and keep the newest
+    exports_to_keep exports there. Returns the new export's path (bytes)."""
+    timestamp = int(time.time())
+    while tf.io.gfile.exists(os.path.join(export_path, str(timestamp))):
+        timestamp += 1
+    final_dir = os.path.join(export_path, str(timestamp))
+    temp_dir = os.path.join(export_path, _UNFINISHED_EXPORT_PREFIX + str(timestamp))
+    for directory, _, file_names in tf.io.gfile.walk(source_dir):
+        target = os.path.join(temp_dir, os.path.relpath(directory, source_dir))
+        tf.io.gfile.makedirs(target)
+        for file_name in file_names:
+            tf.io.gfile.copy(os.path.join(directory, file_name), os.path.join(target, file_name))
+    tf.io.gfile.rename(temp_dir, final_dir)
+    for old_export in _timestamped_exports(export_path)[:-exports_to_keep]:
+        tf.io.gfile.rmtree(old_export)
+    return final_dir.encode()
 
 
 def best_accuracy_before(eval_dir, global_step):
@@ -131,8 +179,10 @@ class CompleteExportsExporter(tf.estimator.Exporter):
     after one that failed.
     """
 
-    def __init__(self, exporter):
+    def __init__(self, exporter, newest_export=None):
+        """newest_export: a NewestExport to record each export in, or None."""
         self._exporter = exporter
+        self._newest_export = newest_export
 
     @property
     def name(self):
@@ -142,11 +192,15 @@ class CompleteExportsExporter(tf.estimator.Exporter):
                is_the_final_export):
         remove_unfinished_exports(export_path)
         try:
-            return self._exporter.export(
+            export_dir = self._exporter.export(
                 estimator, export_path, checkpoint_path, eval_result, is_the_final_export)
         except BaseException:
             remove_unfinished_exports(export_path)
             raise
+        if self._newest_export is not None and export_dir:
+            self._newest_export.checkpoint_path = checkpoint_path
+            self._newest_export.export_dir = tf.compat.as_str(export_dir)
+        return export_dir
 
 
 def remove_unfinished_exports(export_path):
@@ -158,17 +212,26 @@ def remove_unfinished_exports(export_path):
             tf.io.gfile.rmtree(os.path.join(export_path, name.rstrip("/")))
 
 
-def latest_exporter():
-    """The exporter of export/latest: a SavedModel after every evaluation."""
+def latest_exporter(newest_export=None):
+    """The exporter of export/latest: a SavedModel after every evaluation, recorded in
+    newest_export (a NewestExport) if given."""
     return CompleteExportsExporter(tf.estimator.LatestExporter(
-        LATEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=LATEST_EXPORTS_TO_KEEP))
+        LATEST_EXPORTER_NAME, serving_input_receiver_fn, exports_to_keep=LATEST_EXPORTS_TO_KEEP),
+        newest_export)
 
 
-def best_exporter(eval_name):
-    """The exporter of export/best, comparing the accuracies of the evaluation `eval_name`."""
+def best_exporter(eval_name, newest_export=None):
+    """The exporter of export/best, comparing the accuracies of the evaluation `eval_name`;
+    it copies the export newest_export holds when that is of the same checkpoint."""
     return CompleteExportsExporter(BestAccuracyExporter(
         BEST_EXPORTER_NAME, serving_input_receiver_fn,
-        exports_to_keep=BEST_EXPORTS_TO_KEEP, eval_name=eval_name))
+        exports_to_keep=BEST_EXPORTS_TO_KEEP, eval_name=eval_name, newest_export=newest_export))
+
+
+def latest_and_best_exporters(eval_name):
+    """export/latest's exporter, then export/best's, which copies what the first wrote."""
+    newest_export = NewestExport()
+    return [latest_exporter(newest_export), best_exporter(eval_name, newest_export)]
 
 
 def _timestamped_exports(directory):
