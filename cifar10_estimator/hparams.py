@@ -224,8 +224,9 @@ class HParams:
         group="checkpoints and evaluation", type=non_negative_int, metavar="P")
     eval_in_training_precision: bool = option(
         False, "Evaluation computes in the precision training took (--precision) instead "
-               "of float32: in bf16 on a 2-core Zen 4 it ran at 1.73x the speed, and its "
-               "accuracy can differ from float32's by a few images in ten thousand. "
+               "of float32: faster where training's precision is (measured speeds: "
+               "docs/precision.md), and its accuracy can differ from float32's by a few "
+               "images in ten thousand. "
                "Exports and predictions stay float32.",
         group="checkpoints and evaluation", action="store_true")
 
