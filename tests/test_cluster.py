@@ -622,31 +622,6 @@ def wait_for_port(address, timeout_secs=120):
             time.sleep(0.2)
 
 
-def assert_sync_trainers_step_together_on_their_towers(output, job_dir):
-    """A --sync run of the chief and two workers, each with two CPU towers: every update
-    waits for a gradient of each, so all start at step 0 and the chief does not hang on at
-    the end; each keeps its local step and its towers' compute on its own devices."""
-    trainers = [("chief", "chief", 0), ("worker0", "worker", 0), ("worker1", "worker", 1)]
-    for name, _, _ in trainers:
-        assert loss_steps(task_lines(output, name))[0] == 0, name
-    assert "Coordinator stopped with threads still running" not in output
-    assert_only_the_chief_saves(output, job_dir, num_workers=3)
-    assert_trainer_rates_add_up_to_the_cluster_rate(output, [name for name, _, _ in trainers])
-    for name, job, index in trainers:
-        device = "/job:%s/replica:0/task:%d/device:CPU:%%d" % (job, index)
-        placed = placements(task_lines(output, name))
-        variables = {op: place for op, op_type, place in placed if op_type == "VarHandleOp"}
-        # SyncReplicasOptimizer keeps each trainer's local step on the trainer itself.
-        assert variables.pop("sync_rep_local_step") == device % 0
-        assert "global_step" in variables and "resnet/conv2d/kernel" in variables
-        assert set(variables.values()) <= {"/job:ps/replica:0/task:%d/device:CPU:0" % ps
-                                           for ps in (0, 1)}, variables
-        towers = {(re.search(r"/tower_(\d)/", op).group(1), place)
-                  for op, op_type, place in placed
-                  if op_type in COMPUTE_OPS and "/tower_" in op}
-        assert towers == {("0", device % 0), ("1", device % 1)}, (name, towers)
-
-
 @many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [(), ("--sync",)], ids=["async", "sync"])
