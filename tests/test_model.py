@@ -293,18 +293,20 @@ def logits_and_first_kernel_gradient(data_format, is_training, weights):
             return session.run([logits, gradient, smallest])
 
 
-def run_in_fresh_process(data_format, is_training, weights, tmp_path):
-    """Start logits_and_first_kernel_gradient in a new Python process.
+MODES = {"training": True, "inference": False}
 
-    Returns (process, output path). Each case gets its own process because with
+
+def run_in_fresh_process(data_format, weights, tmp_path):
+    """Start logits_and_first_kernel_gradient in a new Python process, for both modes.
+
+    Returns (process, output path). Each layout gets its own process because with
     oneDNN (TF 2.15) an AvgPool can return wrong values after the process ran
     another AvgPool of the same size in the other layout (its cached primitives
-    ignore the layout). A trainer builds one format per process, so it does
-    not meet this.
+    ignore the layout). A trainer builds one format per process, training and
+    evaluation alike, so it does not meet this; neither do the two modes here.
     """
-    case = "%s_%s" % (data_format, "training" if is_training else "inference")
     weights_path = tmp_path / "weights.npz"
-    output_path = tmp_path / ("outputs_%s.npz" % case)
+    output_path = tmp_path / ("outputs_%s.npz" % data_format)
     if not weights_path.exists():
         np.savez(weights_path, **weights)
     environment = dict(os.environ)
@@ -313,26 +315,27 @@ def run_in_fresh_process(data_format, is_training, weights, tmp_path):
     # oneDNN kernels run NCHW convolution and pooling on the CPU; the stock ones do not.
     environment["TF_ENABLE_ONEDNN_OPTS"] = "1"
     process = subprocess.Popen(
-        [sys.executable, __file__, data_format, str(is_training), str(weights_path),
-         str(output_path)],
+        [sys.executable, __file__, data_format, str(weights_path), str(output_path)],
         env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return process, output_path
 
 
-def _main(data_format, is_training, weights_path, output_path):
+def _main(data_format, weights_path, output_path):
     with np.load(weights_path) as stored:
         weights = {name: stored[name] for name in stored.files}
-    logits, gradient, smallest_relu_input = logits_and_first_kernel_gradient(
-        data_format, is_training == "True", weights)
-    np.savez(output_path, logits=logits, gradient=gradient,
-             smallest_relu_input=smallest_relu_input)
+    outputs = {}
+    for mode, is_training in MODES.items():
+        logits, gradient, smallest_relu_input = logits_and_first_kernel_gradient(
+            data_format, is_training, weights)
+        outputs.update({mode + "/logits": logits, mode + "/gradient": gradient,
+                        mode + "/smallest_relu_input": smallest_relu_input})
+    np.savez(output_path, **outputs)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("is_training", [True, False])
-def test_channels_first_and_channels_last_agree_for_the_same_weights(is_training, tmp_path):
+def test_channels_first_and_channels_last_agree_for_the_same_weights(tmp_path):
     weights = random_channels_last_weights()
-    runs = {data_format: run_in_fresh_process(data_format, is_training, weights, tmp_path)
+    runs = {data_format: run_in_fresh_process(data_format, weights, tmp_path)
             for data_format in model_base.DATA_FORMATS}
     outputs = {}
     for data_format, (process, output_path) in runs.items():
@@ -340,14 +343,20 @@ def test_channels_first_and_channels_last_agree_for_the_same_weights(is_training
         assert process.returncode == 0, errors.decode(errors="replace")[-3000:]
         with np.load(output_path) as stored:
             outputs[data_format] = {name: stored[name] for name in stored.files}
-    nhwc, nchw = outputs["channels_last"], outputs["channels_first"]
-    assert nhwc["logits"].shape == (LAYOUT_IMAGES, 11)
-    for data_format, output in outputs.items():
-        assert output["smallest_relu_input"] > RELU_INPUT_MARGIN, (
-            "a ReLU input in %s is within %g of 0, where the layouts may take its kink "
-            "differently; choose another LAYOUT_WEIGHTS_SEED" % (data_format, RELU_INPUT_MARGIN))
-    np.testing.assert_allclose(nchw["logits"], nhwc["logits"], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(nchw["gradient"], nhwc["gradient"], rtol=1e-4, atol=1e-5)
+    for mode in MODES:  # batch statistics (training) and moving statistics (inference)
+        nhwc, nchw = [{name: output[mode + "/" + name]
+                       for name in ("logits", "gradient", "smallest_relu_input")}
+                      for output in (outputs["channels_last"], outputs["channels_first"])]
+        assert nhwc["logits"].shape == (LAYOUT_IMAGES, 11)
+        for data_format, output in (("channels_last", nhwc), ("channels_first", nchw)):
+            assert output["smallest_relu_input"] > RELU_INPUT_MARGIN, (
+                "a ReLU input in %s (%s) is within %g of 0, where the layouts may take its "
+                "kink differently; choose another LAYOUT_WEIGHTS_SEED"
+                % (data_format, mode, RELU_INPUT_MARGIN))
+        np.testing.assert_allclose(nchw["logits"], nhwc["logits"], rtol=1e-4, atol=1e-4,
+                                   err_msg=mode)
+        np.testing.assert_allclose(nchw["gradient"], nhwc["gradient"], rtol=1e-4, atol=1e-5,
+                                   err_msg=mode)
 
 
 def test_training_mode_puts_moving_average_updates_in_update_ops():

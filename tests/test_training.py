@@ -112,13 +112,19 @@ def test_validation_during_training_and_one_test_evaluation_at_the_end(trained_j
     assert result.stderr.count("ends before the first learning-rate drop") == 1
 
 
-def test_averaged_weights_and_flips_are_recorded_and_evaluate_agrees(tiny_data_dir, tmp_path):
+def test_averaged_weights_flips_and_precision_auto_are_recorded_and_evaluate_agrees(
+        tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
     result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "5",
-                                             "--moving-average-decay", "0.9", "--eval-flips"))
+                                             "--moving-average-decay", "0.9", "--eval-flips",
+                                             "--precision", "auto"))
     assert result.returncode == 0, result.stderr[-5000:]
     hparams = json.loads((job_dir / "hparams.json").read_text())["hparams"]
     assert (hparams["moving_average_decay"], hparams["eval_flips"]) == (0.9, True)
+    # --precision auto says what it took and records it, not "auto".
+    chosen = re.search(r"--precision auto: (\w+) \(", result.stderr).group(1)
+    assert chosen in ("fp32", "bf16")
+    assert hparams["precision"] == chosen
     results = json.loads((job_dir / "test_results.json").read_text())
     assert results["weights"] == "moving average, decay 0.9"
     assert "Test accuracy: %.4f on 32 examples (checkpoint model.ckpt-5); weights: moving " \
@@ -157,16 +163,6 @@ def test_the_same_seed_trains_the_same_weights_and_another_seed_others(trained_j
     for name, value in runs["first"].items():
         assert np.array_equal(value, runs["again"][name]), name
     assert not np.allclose(runs["first"][kernel], runs["other"][kernel])
-
-
-def test_precision_auto_records_the_precision_it_took(tiny_data_dir, tmp_path):
-    job_dir = tmp_path / "job"
-    result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "2",
-                                             "--precision", "auto"))
-    assert result.returncode == 0, result.stderr[-5000:]
-    chosen = re.search(r"--precision auto: (\w+) \(", result.stderr).group(1)
-    assert chosen in ("fp32", "bf16")
-    assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["precision"] == chosen
 
 
 def without_validation_set(tiny_data_dir, tmp_path):
@@ -298,22 +294,24 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
     assert exited_at - os.path.getmtime(str(job_dir / "model.ckpt-400.index")) < 60
 
 
-def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(tiny_data_dir, tmp_path):
-    # As if killed after the last checkpoint but before its evaluation and export.
+def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(trained_job, tmp_path):
+    # As if killed after the last checkpoint but before its evaluation and export: a copy
+    # of trained_job (10 steps) without them, rerun with its own arguments.
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "5")
-    assert run_module(MODULE, args).returncode == 0
+    shutil.copytree(trained_job.job_dir, str(job_dir))
     shutil.rmtree(str(job_dir / "eval_validation"))
     shutil.rmtree(str(job_dir / "export"))
+    args = list(trained_job.args)
+    args[args.index("--job-dir") + 1] = str(job_dir)
 
     result = run_module(MODULE, args)
 
     assert result.returncode == 0, result.stderr[-5000:]
-    assert checkpoint_steps(job_dir)[-1] == 5
-    assert 0.0 <= eval_metrics(job_dir)[5]["accuracy"] <= 1.0
+    assert checkpoint_steps(job_dir)[-1] == 10
+    assert 0.0 <= eval_metrics(job_dir)[10]["accuracy"] <= 1.0
     assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
     assert glob.glob(str(job_dir / "export" / "best" / "*" / "saved_model.pb"))
-    assert re.search(r"^evaluation of step 5 on the validation set", result.stderr, re.M)
+    assert re.search(r"^evaluation of step 10 on the validation set", result.stderr, re.M)
 
 
 def test_the_console_is_for_a_person_and_the_log_file_keeps_the_tutorials_lines(trained_job):
