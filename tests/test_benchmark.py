@@ -1,4 +1,5 @@
-"""The benchmark CLI end to end (--smoke): it runs every section and writes its report.
+"""The benchmark CLI end to end (--smoke): it runs every section and writes its report;
+--sections and --runs measure only some.
 
 No speed is asserted: the figures depend on the machine and its load.
 """
@@ -11,7 +12,8 @@ import threading
 
 import pytest
 
-from cli_helpers import benchmark_trainers, run_module, start_module
+from cli_helpers import assert_one_line_error, benchmark_trainers, run_module, start_module
+from cifar10_estimator.benchmarks import suite
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +54,7 @@ def smoke_report(tmp_path_factory):
 def test_json_has_every_section_and_the_command(smoke_report):
     _, results, _ = smoke_report
     assert set(SECTIONS) <= set(results)
+    assert results["sections"] == ["conversion", "input_pipeline", "flops", "training"]
     assert results["mode"] == "smoke"
     assert results["command"].startswith("python -m cifar10_estimator.benchmarks --smoke")
     machine = results["machine"]
@@ -136,6 +139,49 @@ def test_modes_are_exclusive():
     assert "not allowed with" in result.stderr
 
 
+def test_sections_writes_only_those_sections(tmp_path):
+    result = run_module("cifar10_estimator.benchmarks",
+                        ["--smoke", "--sections", "conversion", "--output-dir", tmp_path])
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "measuring only: conversion" in result.stdout
+    results = json.loads((tmp_path / "benchmark.json").read_text())
+    assert results["sections"] == ["conversion"]
+    assert "machine" in results and "conversion" in results
+    assert not {"input_pipeline", "flops", "training"} & set(results)
+    assert [row["key"] for row in results["comparisons"]] == ["conversion_vs_original"]
+    markdown = (tmp_path / "benchmark.md").read_text()
+    assert "## TFRecord conversion" in markdown and "## Targets" in markdown
+    for heading in ("## Training throughput", "## Input pipeline", "## Model FLOPs"):
+        assert heading not in markdown
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--sections", "conversion", "speed"], ("--sections", "'speed'")),
+    (["--runs", "keras"], ("--runs", "'keras'")),
+    (["--sections", "conversion", "--runs", "keras_fit"], ("--runs", "training")),
+])
+def test_sections_and_runs_reject_what_is_not_there(args, fragments):
+    result = run_module("cifar10_estimator.benchmarks", ["--smoke"] + args)
+    assert_one_line_error(result, 2, *fragments)
+
+
+def _trained(*names):
+    """Results of training `names` alone (--runs): 2 turns each, the FLOPs counted."""
+    runs = [{"name": name, "num_layers": 8, "kind": "keras" if "keras" in name else "estimator",
+             "trainable_parameters": 75355, "interval_examples_per_sec": [[100.0, 110.0]]}
+            for name in names]
+    return {"settings": {"depths": [8]}, "precisions": {"bf16": "measured"},
+            "flops": {"8": {"trainable_parameters": 75355}}, "training": {"runs": runs}}
+
+
+def test_runs_report_the_ratios_whose_both_runs_trained():
+    rows = suite.comparisons(_trained("estimator_tfrecords", "keras_fit",
+                                      "estimator_tfrecords_bf16"))
+    assert [row["key"] for row in rows] == ["estimator_vs_keras", "bf16_vs_fp32"]
+    assert rows[0]["same_parameter_count"] and "same_parameter_count" not in rows[1]
+    assert suite.comparisons(_trained("keras_fit_bf16", "estimator_synthetic")) == []
+
+
 def _processes_mentioning(text):
     """Pids of live processes whose command line contains text."""
     pids = []
@@ -151,8 +197,11 @@ def _processes_mentioning(text):
 
 @benchmark_trainers
 def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
+    # Training alone, with one trainer and one Keras run (both kinds of child): the other
+    # sections and runs would only delay the signal.
     process = start_module("cifar10_estimator.benchmarks",
-                           ["--smoke", "--output-dir", tmp_path / "out"],
+                           ["--smoke", "--sections", "training", "--runs", "estimator_tfrecords",
+                            "keras_fit", "--output-dir", tmp_path / "out"],
                            env={"TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
     timer = threading.Timer(300, process.kill)

@@ -128,14 +128,46 @@ def summary(results):
 
 
 def markdown(results):
-    """The report: machine, targets, then one table per section."""
-    training = results["training"]
-    conversion = results["conversion"]
+    """The report: machine, targets, then one table per section measured."""
     cpu = host.cpu_identity(results["machine"])
     parts = [
         "# cifar10_estimator benchmark (%s)" % results["mode"], "",
         "\n".join(_machine_lines(results)), "",
         "## Targets (%s)" % cpu, "", _targets_table(results), "",
+    ]
+    if "training" in results:
+        parts += _training_part(results, cpu)
+    if "input_pipeline" in results:
+        parts += [
+            "## Input pipeline (%s)" % cpu, "",
+            "Train batches of %d with augmentation, graph mode, same file; original and "
+            "Cifar10DataSet alternated." % results["input_pipeline"]["batch_size"], "",
+            _input_table(results), "",
+        ]
+    if "conversion" in results:
+        conversion = results["conversion"]
+        parts += [
+            "## TFRecord conversion (%s)" % cpu, "",
+            "%d random images in an official-format archive (%.0f MB, Python 2 pickles); both "
+            "ways extract and write train/validation/eval; same examples written both ways: %s."
+            % (conversion["num_images"], conversion["archive_bytes"] / 1e6,
+               "yes" if conversion["same_examples_both_ways"] else "**no**"), "",
+            _conversion_table(results), "",
+        ]
+    if "flops" in results:
+        parts += [
+            "## Model FLOPs", "",
+            "Counted by `tf.compat.v1.profiler` (float_operation) on the inference graph and "
+            "on the package's one-tower training graph; op types without a registered FLOPs "
+            "statistic count 0.", "",
+            _flops_table(results), "",
+        ]
+    return "\n".join(parts)
+
+
+def _training_part(results, cpu):
+    training = results["training"]
+    return [
         "## Training throughput (%s)" % cpu, "",
         "Batch %d, CPU only (`--num-gpus 0`). The runs of one model are child processes "
         "started together; after %d warm-up steps each is paused, then they take turns of "
@@ -157,20 +189,4 @@ def markdown(results):
         % (training["batch_size"], training["warmup_steps"], training["steps_per_turn"],
            training["timed_steps"], training["rounds"]), "",
         _training_table(results), "",
-        "## Input pipeline (%s)" % cpu, "",
-        "Train batches of %d with augmentation, graph mode, same file; original and "
-        "Cifar10DataSet alternated." % results["input_pipeline"]["batch_size"], "",
-        _input_table(results), "",
-        "## TFRecord conversion (%s)" % cpu, "",
-        "%d random images in an official-format archive (%.0f MB, Python 2 pickles); both ways "
-        "extract and write train/validation/eval; same examples written both ways: %s."
-        % (conversion["num_images"], conversion["archive_bytes"] / 1e6,
-           "yes" if conversion["same_examples_both_ways"] else "**no**"), "",
-        _conversion_table(results), "",
-        "## Model FLOPs", "",
-        "Counted by `tf.compat.v1.profiler` (float_operation) on the inference graph and on "
-        "the package's one-tower training graph; op types without a registered FLOPs "
-        "statistic count 0.", "",
-        _flops_table(results), "",
     ]
-    return "\n".join(parts)

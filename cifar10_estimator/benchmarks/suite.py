@@ -23,6 +23,8 @@ Every comparison runs in one invocation with its sides alternated (A B, B A, ...
 reported figure is the median over rounds. --smoke (under a minute, tiny model and data)
 checks the machinery only; --quick (minutes) measures ResNet-20; --full measures ResNet-20
 and ResNet-44 with more steps and rounds (tens of minutes); --num-layers picks the depths.
+--sections measures only some sections and --runs only some training runs (to measure one
+comparison again): the report then holds those, and the ratios whose both sides ran.
 """
 
 import argparse
@@ -40,11 +42,37 @@ import typing
 
 from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 JSON_FILENAME = "benchmark.json"
 MARKDOWN_FILENAME = "benchmark.md"
 # Each official batch file holds 10000 images: 40000 train, 10000 validation, 10000 eval.
 OFFICIAL_IMAGES_PER_BATCH = 10000
+
+# The sections, in the order they run; the machine is always described.
+SECTIONS = ("conversion", "input_pipeline", "flops", "training")
+# The input pipeline and training read the converted TFRecords; without the conversion
+# section they are converted once, untimed.
+SECTIONS_READING_TFRECORDS = ("input_pipeline", "training")
+
+_POOLING_ALLOCATOR = (("TF_CPU_ALLOCATOR_USE_BFC", "true"),)
+BF16_FLAGS = ("--precision", "bf16")
+# The runs compared at each depth: (name, kind, TrainingRun's other fields). Real data, the
+# ceiling, Keras, two towers, TensorFlow's pooling (BFC) CPU allocator, which a user can opt
+# into, and where the CPU has bfloat16 the trainer and Keras in bf16. Every run uses
+# TensorFlow's default CPU allocator unless its name says pooling_allocator.
+TRAINING_RUNS = (
+    ("estimator_tfrecords", "estimator", {}),
+    ("estimator_synthetic", "estimator", {"data": "synthetic"}),
+    ("keras_fit", "keras", {}),
+    ("estimator_synthetic_2_towers", "estimator", {"data": "synthetic", "num_cpu_towers": 2}),
+    ("estimator_tfrecords_pooling_allocator", "estimator", {"extra_env": _POOLING_ALLOCATOR}),
+    ("estimator_tfrecords_bf16", "estimator", {"extra_flags": BF16_FLAGS}),
+    ("keras_fit_bf16", "keras", {"extra_flags": BF16_FLAGS}),
+    ("estimator_tfrecords_bf16_pooling_allocator", "estimator",
+     {"extra_flags": BF16_FLAGS, "extra_env": _POOLING_ALLOCATOR}),
+)
+RUN_NAMES = tuple(name for name, _, _ in TRAINING_RUNS)
 
 TARGETS = {
     "real_data_vs_synthetic": 0.97,
@@ -117,6 +145,14 @@ class SuiteOptions:
     work_dir: typing.Optional[str] = cli.option(
         None, "scratch space for the archive, TFRecords and jobs, about 1 GB (default: a "
               "temporary directory, removed afterwards)", metavar="DIR")
+    sections: list = cli.option(
+        list(SECTIONS), "measure only these sections: %s (default: all); training also "
+                        "counts the FLOPs its GFLOP/s come from" % ", ".join(SECTIONS),
+        choices=SECTIONS, nargs="+", metavar="SECTION")
+    runs: typing.Optional[list] = cli.option(
+        None, "train only these runs (default: all); a ratio is reported where both of its "
+              "runs trained: %s" % ", ".join(RUN_NAMES), choices=RUN_NAMES, nargs="+",
+        metavar="RUN")
 
 
 def build_parser():
@@ -129,6 +165,8 @@ def build_parser():
 
 def main(argv):
     args = cli.parse(build_parser(), SuiteOptions, argv)
+    if args.runs and "training" not in args.sections:
+        raise UsageError("--runs picks training runs: add training to --sections")
     # `kill` must not leave paused trainers and the work directory behind: SIGTERM
     # unwinds like Ctrl-C, through the clean-up below and in training.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -142,7 +180,7 @@ def main(argv):
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_benchmark_")
     os.makedirs(work_dir, exist_ok=True)
     try:
-        results = run_benchmarks(mode, work_dir, command)
+        results = run_benchmarks(mode, work_dir, command, args.sections, args.runs or RUN_NAMES)
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -167,25 +205,41 @@ def _percent(share):
     return "unknown" if share is None else "%.0f %%" % (100 * share)
 
 
-def run_benchmarks(mode, work_dir, command):
-    """Run every section of `mode` in work_dir; returns the results as a JSON-ready dict."""
+def run_benchmarks(mode, work_dir, command, sections=SECTIONS, run_names=RUN_NAMES):
+    """Run `sections` of `mode` (training: its runs named in run_names) in work_dir; returns
+    the results as a JSON-ready dict."""
     from cifar10_estimator.benchmarks import host
 
+    # Training's GFLOP/s and Keras's parameter check need the FLOPs counts.
+    sections = [name for name in SECTIONS if name in sections
+                or (name == "flops" and "training" in sections)]
     started, meter = time.time(), host.BackgroundCpuMeter()
     results = {"command": command, "mode": mode.name, "settings": dataclasses.asdict(mode),
-               "load_average_start": host.load_average(),
+               "sections": sections, "load_average_start": host.load_average(),
                "machine": host.describe_machine(), "precisions": precisions_measured()}
     _say("measuring on %s" % host.cpu_identity(results["machine"]))
     for name, note in results["precisions"].items():
         _say("--precision %s: %s" % (name, note))
+    if list(SECTIONS) != sections:
+        _say("measuring only: %s" % ", ".join(sections))
+    if tuple(run_names) != RUN_NAMES:
+        _say("training only: %s" % ", ".join(run_names))
     data_dir = os.path.join(work_dir, "data")
-    results["conversion"] = conversion_section(mode, work_dir, data_dir)
+    if "conversion" in sections:
+        results["conversion"] = conversion_section(mode, work_dir, data_dir)
+    elif set(SECTIONS_READING_TFRECORDS) & set(sections):
+        convert_untimed(mode, work_dir, data_dir)
     training_data_dir = os.path.join(work_dir, "training_data")
-    prepare_training_data(data_dir, training_data_dir, mode.num_eval_examples)
-    results["input_pipeline"] = input_pipeline_section(mode, training_data_dir)
-    results["flops"] = flops_section(mode)
-    results["training"] = training_section(mode, training_data_dir, work_dir,
-                                           results["precisions"]["bf16"] == "measured")
+    if set(SECTIONS_READING_TFRECORDS) & set(sections):
+        prepare_training_data(data_dir, training_data_dir, mode.num_eval_examples)
+    if "input_pipeline" in sections:
+        results["input_pipeline"] = input_pipeline_section(mode, training_data_dir)
+    if "flops" in sections:
+        results["flops"] = flops_section(mode)
+    if "training" in sections:
+        results["training"] = training_section(mode, training_data_dir, work_dir,
+                                               results["precisions"]["bf16"] == "measured",
+                                               run_names)
     results["comparisons"] = comparisons(results)
     results["load_average_end"] = host.load_average()
     results["background_cpu_share"] = meter.share()
@@ -193,15 +247,33 @@ def run_benchmarks(mode, work_dir, command):
     return results
 
 
+def _write_archive(mode, archive_dir):
+    """Write the official-format archive of `mode` in archive_dir; returns (path, images)."""
+    from cifar10_estimator.benchmarks import conversion
+    from cifar10_estimator.data import cifar10_archive
+
+    archive = os.path.join(archive_dir, cifar10_archive.ARCHIVE_FILENAME)
+    os.makedirs(archive_dir, exist_ok=True)
+    num_images = 6 * mode.images_per_archive_batch
+    _say("writing an official-format archive of %d random images" % num_images)
+    conversion.write_official_format_archive(archive, mode.images_per_archive_batch)
+    return archive, num_images
+
+
+def convert_untimed(mode, work_dir, data_dir):
+    """The TFRecords the other sections read, when the conversion section does not run."""
+    from cifar10_estimator.benchmarks import conversion
+
+    archive, _ = _write_archive(mode, data_dir)
+    conversion.convert_with_the_package(archive, data_dir)
+    os.remove(archive)
+
+
 def conversion_section(mode, work_dir, data_dir):
     """Section 5: the package's converter against the original way, on one archive."""
     from cifar10_estimator.benchmarks import conversion
 
-    archive = os.path.join(work_dir, "archive", "cifar-10-python.tar.gz")
-    os.makedirs(os.path.dirname(archive))
-    num_images = 6 * mode.images_per_archive_batch
-    _say("writing an official-format archive of %d random images" % num_images)
-    conversion.write_official_format_archive(archive, mode.images_per_archive_batch)
+    archive, num_images = _write_archive(mode, os.path.join(work_dir, "archive"))
 
     def report(round_index, way, measurement):
         _say("conversion round %d: %-8s %6.2f s  %8.0f images/sec"
@@ -290,34 +362,16 @@ def precisions_measured():
                 precision.policy("fp16"), 0, cpu_flags, onednn_enabled)}
 
 
-def training_runs(depth, batch_size, with_bf16):
-    """The runs compared at one depth: real data, the ceiling, Keras, two towers, the pooling
-    allocator, and with_bf16 the trainer and Keras in bfloat16. Every run uses TensorFlow's
-    default CPU allocator unless its name says pooling_allocator."""
+def training_runs(depth, batch_size, with_bf16, names=RUN_NAMES):
+    """The runs of TRAINING_RUNS named in `names` at one depth; bf16 runs only with_bf16."""
     from cifar10_estimator.benchmarks.training import TrainingRun
 
-    pooling_allocator = (("TF_CPU_ALLOCATOR_USE_BFC", "true"),)
-    bf16 = ("--precision", "bf16")
-    bf16_runs = [
-        TrainingRun("estimator_tfrecords_bf16", "estimator", depth, batch_size,
-                    extra_flags=bf16),
-        TrainingRun("keras_fit_bf16", "keras", depth, batch_size, extra_flags=bf16),
-        TrainingRun("estimator_tfrecords_bf16_pooling_allocator", "estimator", depth,
-                    batch_size, extra_flags=bf16, extra_env=pooling_allocator),
-    ]
-    return [
-        TrainingRun("estimator_tfrecords", "estimator", depth, batch_size),
-        TrainingRun("estimator_synthetic", "estimator", depth, batch_size, data="synthetic"),
-        TrainingRun("keras_fit", "keras", depth, batch_size),
-        TrainingRun("estimator_synthetic_2_towers", "estimator", depth, batch_size,
-                    data="synthetic", num_cpu_towers=2),
-        # TensorFlow's pooling (BFC) CPU allocator, which a user can opt into.
-        TrainingRun("estimator_tfrecords_pooling_allocator", "estimator", depth, batch_size,
-                    extra_env=pooling_allocator),
-    ] + (bf16_runs if with_bf16 else [])
+    return [TrainingRun(name, kind, depth, batch_size, **fields)
+            for name, kind, fields in TRAINING_RUNS
+            if name in names and (with_bf16 or BF16_FLAGS not in fields.values())]
 
 
-def training_section(mode, data_dir, work_dir, with_bf16):
+def training_section(mode, data_dir, work_dir, with_bf16, run_names=RUN_NAMES):
     """Sections 2-4 and 6 (memory): the runs of each depth interleaved, once per round."""
     from cifar10_estimator.benchmarks import training
 
@@ -327,7 +381,11 @@ def training_section(mode, data_dir, work_dir, with_bf16):
                "rounds": mode.training_rounds, "batch_size": mode.batch_size,
                "steps_per_turn": training.LOG_EVERY_N_STEPS, "runs": []}
     for depth in mode.depths:
-        runs = training_runs(depth, mode.batch_size, with_bf16)
+        runs = training_runs(depth, mode.batch_size, with_bf16, run_names)
+        if not runs:
+            raise Cifar10EstimatorError(
+                "none of the runs of --runs can train here: the bf16 runs need a CPU with "
+                "bfloat16 instructions (see the --precision bf16 line above)")
         rounds = []
         for round_index in range(mode.training_rounds):
             rounds.append(training.measure_interleaved(
@@ -369,10 +427,11 @@ def _mean(values):
 
 
 def _run(results, name, depth):
+    """The run `name` of ResNet-depth, or None where it did not train (--runs)."""
     for run in results["training"]["runs"]:
         if run["name"] == name and run["num_layers"] == depth:
             return run
-    raise KeyError((name, depth))
+    return None
 
 
 def turn_ratios(numerator, denominator):
@@ -401,44 +460,53 @@ def comparisons(results):
         row.update(extra)
         rows.append(row)
 
-    pipeline = results["input_pipeline"]
-    add("input_pipeline_vs_original", "Cifar10DataSet / original input pipeline (batches/sec)",
-        [a / b for a, b in zip(pipeline["dataset_examples_per_sec"],
-                               pipeline["original_examples_per_sec"])])
-    for depth in results["settings"]["depths"]:
-        real = _run(results, "estimator_tfrecords", depth)
-        synthetic = _run(results, "estimator_synthetic", depth)
-        keras = _run(results, "keras_fit", depth)
-        towers = _run(results, "estimator_synthetic_2_towers", depth)
-        add("real_data_vs_synthetic", "ResNet-%d: TFRecords / synthetic ceiling" % depth,
-            turn_ratios(real, synthetic), num_layers=depth)
-        same_parameter_count = (keras.get("trainable_parameters")
-                                == results["flops"][str(depth)]["trainable_parameters"])
-        add("estimator_vs_keras", "ResNet-%d: Estimator (TFRecords) / Keras model.fit" % depth,
-            turn_ratios(real, keras), num_layers=depth,
-            same_parameter_count=same_parameter_count)
-        add("two_towers_vs_one", "ResNet-%d: 2 CPU towers / 1 tower (synthetic, same global "
-            "batch)" % depth, turn_ratios(towers, synthetic), num_layers=depth)
-        add("pooling_allocator_vs_default", "ResNet-%d: Estimator (TFRecords), pooling CPU "
-            "allocator / TensorFlow's default" % depth,
-            turn_ratios(_run(results, "estimator_tfrecords_pooling_allocator", depth), real),
-            num_layers=depth)
-        if results["precisions"]["bf16"] == "measured":
-            real_bf16 = _run(results, "estimator_tfrecords_bf16", depth)
-            add("bf16_vs_fp32", "ResNet-%d: Estimator (TFRecords) --precision bf16 / fp32"
-                % depth, turn_ratios(real_bf16, real), num_layers=depth)
-            add("estimator_vs_keras_bf16", "ResNet-%d: Estimator bf16 / Keras mixed_bfloat16 "
-                "model.fit" % depth, turn_ratios(real_bf16, _run(results, "keras_fit_bf16", depth)),
-                num_layers=depth, same_parameter_count=same_parameter_count)
-            add("pooling_allocator_vs_default_bf16", "ResNet-%d: Estimator bf16, pooling CPU "
-                "allocator / TensorFlow's default" % depth,
-                turn_ratios(_run(results, "estimator_tfrecords_bf16_pooling_allocator", depth),
-                            real_bf16), num_layers=depth)
-    conversion = results["conversion"]
-    add("conversion_vs_original", "generate_tfrecords / original conversion (images/sec)",
-        [original / package for original, package in zip(conversion["original"]["seconds"],
-                                                          conversion["package"]["seconds"])])
+    if "input_pipeline" in results:
+        pipeline = results["input_pipeline"]
+        add("input_pipeline_vs_original",
+            "Cifar10DataSet / original input pipeline (batches/sec)",
+            [a / b for a, b in zip(pipeline["dataset_examples_per_sec"],
+                                   pipeline["original_examples_per_sec"])])
+    for depth in results["settings"]["depths"] if "training" in results else ():
+        _training_comparisons(results, depth, add)
+    if "conversion" in results:
+        conversion = results["conversion"]
+        add("conversion_vs_original", "generate_tfrecords / original conversion (images/sec)",
+            [original / package for original, package in zip(
+                conversion["original"]["seconds"], conversion["package"]["seconds"])])
     return rows
+
+
+def _training_comparisons(results, depth, add):
+    """add() the training ratios of ResNet-depth whose both runs trained."""
+    def add_if_trained(key, what, numerator, denominator):
+        numerator, denominator = _run(results, numerator, depth), _run(results, denominator, depth)
+        if not (numerator and denominator):
+            return
+        extra = {}
+        if denominator["kind"] == "keras":  # its copy of the model must be ours
+            extra["same_parameter_count"] = (
+                denominator.get("trainable_parameters")
+                == results["flops"][str(depth)]["trainable_parameters"])
+        add(key, "ResNet-%d: %s" % (depth, what), turn_ratios(numerator, denominator),
+            num_layers=depth, **extra)
+
+    add_if_trained("real_data_vs_synthetic", "TFRecords / synthetic ceiling",
+                   "estimator_tfrecords", "estimator_synthetic")
+    add_if_trained("estimator_vs_keras", "Estimator (TFRecords) / Keras model.fit",
+                   "estimator_tfrecords", "keras_fit")
+    add_if_trained("two_towers_vs_one", "2 CPU towers / 1 tower (synthetic, same global batch)",
+                   "estimator_synthetic_2_towers", "estimator_synthetic")
+    add_if_trained("pooling_allocator_vs_default", "Estimator (TFRecords), pooling CPU "
+                   "allocator / TensorFlow's default", "estimator_tfrecords_pooling_allocator",
+                   "estimator_tfrecords")
+    if results["precisions"]["bf16"] == "measured":
+        add_if_trained("bf16_vs_fp32", "Estimator (TFRecords) --precision bf16 / fp32",
+                       "estimator_tfrecords_bf16", "estimator_tfrecords")
+        add_if_trained("estimator_vs_keras_bf16", "Estimator bf16 / Keras mixed_bfloat16 "
+                       "model.fit", "estimator_tfrecords_bf16", "keras_fit_bf16")
+        add_if_trained("pooling_allocator_vs_default_bf16", "Estimator bf16, pooling CPU "
+                       "allocator / TensorFlow's default",
+                       "estimator_tfrecords_bf16_pooling_allocator", "estimator_tfrecords_bf16")
 
 
 def console_main():
