@@ -213,12 +213,6 @@ def launcher_args(data_dir, job_dir, trainer_flags, launcher_flags):
             + list(launcher_flags) + ["--"] + trainer_args(data_dir, job_dir, *trainer_flags))
 
 
-def launch(data_dir, job_dir, *trainer_flags, launcher_flags=()):
-    """Run the launcher to completion."""
-    return run_module(LAUNCHER, launcher_args(data_dir, job_dir, trainer_flags, launcher_flags),
-                      timeout=300)
-
-
 def wait_for_line(process, read_log, pattern, source, prefix="", timeout_secs=180):
     """The match of `pattern` in the first line of read_log() after `prefix` that has one,
     waiting for it while `process` runs."""
@@ -257,6 +251,32 @@ class LauncherRun:
     def send_signal(self, name, signal_number):
         pid = re.search(r"^\[launcher\] started %s \(pid (\d+)\)$" % name, self.output(), re.M)
         os.kill(int(pid.group(1)), signal_number)
+
+    def start_trainers_together(self, names, timeout_secs=180):
+        """Pause (SIGSTOP) each trainer in `names` from its first step until the last one's,
+        then let them all go on; returns the names in the order of their first steps.
+
+        Without --sync a trainer could otherwise train alone while the others start, even
+        to the end of the run: TensorFlow delays the workers by 5 s each on purpose, and a
+        loaded machine by more, in no fixed order.
+        """
+        first_step = {name: re.compile(r"^\[%s\] .*%s" % (name, LOSS_AT_STEP.pattern), re.M)
+                      for name in names}
+        deadline = time.monotonic() + timeout_secs
+        stepped = []
+        while len(stepped) < len(names):
+            output = self.output()
+            for name in names:
+                if name not in stepped and first_step[name].search(output):
+                    stepped.append(name)
+                    if len(stepped) < len(names):
+                        self.send_signal(name, signal.SIGSTOP)
+            assert self._process.poll() is None, output[-8000:]
+            assert time.monotonic() < deadline, "only %s of %s stepped" % (stepped, names)
+            time.sleep(0.2)
+        for name in stepped[:-1]:
+            self.send_signal(name, signal.SIGCONT)
+        return stepped
 
     def wait(self, timeout_secs=300):
         """The launcher's exit status, once it exited."""
@@ -326,11 +346,11 @@ def rates_over(reports):
 def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers):
     """The trainers' own examples/sec add up to the cluster's, while all trained.
 
-    `trainers` are task names in the order they start: the chief first, then the
-    workers, which TensorFlow delays 5 s each. Rates are compared over the reports
-    each trainer logged after the last one's first step, so that time before, when
-    the chief trained alone (or was paused), is left out. These windows still differ
-    by up to 10 steps of a trainer at each end, as reports come every 10 steps.
+    `trainers` are task names in the order of their first steps (with --sync, all
+    the same). Rates are compared over the reports each trainer logged after the last
+    one's first step, so that time before, when some trained alone (or were paused),
+    is left out. These windows still differ by up to 10 steps of a trainer at each end,
+    as reports come every 10 steps.
     Measured on a 2-core machine under a load of 7, the sum was within 1.5 % of the
     cluster rate with and without --sync. 20 % leaves room for a machine busier still,
     while the mistakes this guards against are far larger: a worker printing the
@@ -359,42 +379,6 @@ def assert_only_the_chief_saves(output, job_dir, num_workers=2):
     assert len([name for name in events if name.endswith(".hparams")]) == 1
     with open(os.path.join(str(job_dir), "hparams.json")) as stream:
         assert json.load(stream)["hparams"]["num_workers"] == num_workers
-
-
-@many_processes
-@pytest.mark.slow
-def test_async_cluster_trains_on_chief_and_worker_and_evaluates(tiny_data_dir, tmp_path,
-                                                               start_launcher):
-    job_dir = tmp_path / "job"
-    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "400")
-    # The worker starts some 10-20 s after the chief (TensorFlow delays it 5 s on
-    # purpose) and the chief alone could finish first: it is paused (SIGSTOP) meanwhile.
-    run.wait_for("chief", LOSS_AT_STEP)
-    run.send_signal("chief", signal.SIGSTOP)
-    run.wait_for("worker0", LOSS_AT_STEP)
-    run.send_signal("chief", signal.SIGCONT)
-    status = run.wait()
-    output = run.output()
-    assert status == 0, output[-8000:]
-    assert "[launcher] done" in output
-
-    assert loss_steps(task_lines(output, "chief"))
-    assert loss_steps(task_lines(output, "worker0")), "the worker did no step"
-    final_step = assert_async_final_step(job_dir, 400, num_trainers=2)
-    # The worker may step while the chief saves its last checkpoint, so the global step
-    # stored in it (which the evaluation reports) can be past the one in its name.
-    evaluated_step = max(eval_metrics(job_dir))
-    assert final_step <= evaluated_step <= 400 + 2 * 2
-    assert 0.0 <= eval_metrics(job_dir)[evaluated_step]["accuracy"] <= 1.0
-    assert any("Exiting evaluation, global_step=%d" % evaluated_step in line
-               for line in task_lines(output, "evaluator"))
-    assert_only_the_chief_saves(output, job_dir)
-    assert_trainer_rates_add_up_to_the_cluster_rate(output, ["chief", "worker0"])
-    # Every trainer says where the cluster's run is, in global steps of the cluster.
-    for task in ("chief", "worker0"):
-        assert any(re.search(r"step \d+/400 \(\d+ %\), (\d+ examples/sec, about .* to go|"
-                             r"time to go not known yet)$", line)
-                   for line in task_lines(output, task)), task
 
 
 PLACEMENT = re.compile(r"(?:\] )?(\S+): \((\w+)\): (/job:\S+)$")
@@ -475,28 +459,62 @@ def assert_sync_trainers_step_together_on_their_towers(output, job_dir):
         assert towers == {("0", device % 0), ("1", device % 1)}, (name, towers)
 
 
+def assert_async_trainers_each_train_and_evaluator_takes_the_final_step(output, job_dir,
+                                                                      trainers, train_steps):
+    """A run without --sync of the chief and two workers, `trainers` in the order of their
+    first steps, with an evaluator: each trainer steps and says where the cluster's run
+    is, only the chief saves, their rates add up to the cluster's, and the evaluator
+    evaluates the final checkpoint; returns its step."""
+    for name in trainers:
+        assert loss_steps(task_lines(output, name)), "%s did no step" % name
+    final_step = assert_async_final_step(job_dir, train_steps, num_trainers=3)
+    # A worker may step while the chief saves its last checkpoint, so the global step
+    # stored in it (which the evaluation reports) can be past the one in its name.
+    evaluated_step = max(eval_metrics(job_dir))
+    assert final_step <= evaluated_step <= train_steps + 2 * 3
+    assert 0.0 <= eval_metrics(job_dir)[evaluated_step]["accuracy"] <= 1.0
+    assert any("Exiting evaluation, global_step=%d" % evaluated_step in line
+               for line in task_lines(output, "evaluator"))
+    assert_only_the_chief_saves(output, job_dir, num_workers=3)
+    assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers)
+    # Every trainer says where the cluster's run is, in global steps of the cluster.
+    for name in trainers:
+        assert any(re.search(r"step \d+/%d \(\d+ %%\), (\d+ examples/sec, about .* to go|"
+                             r"time to go not known yet)$" % train_steps, line)
+                   for line in task_lines(output, name)), name
+    return final_step
+
+
 @many_processes
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_flags", [
-    ("--train-steps", "30"),
+    # Steps enough for each trainer to report its rate a few times once all three train.
+    ("--train-steps", "400"),
     # 20 epochs of 64 examples at 3 trainers x 8 per step end at step 40; the evaluator,
     # which trains nothing, must count the trainers too to know it. Each trainer splits
     # its batch over two CPU towers.
     ("--sync", "--train-epochs", "20", "--num-cpu-towers", "2"),
 ], ids=["async", "sync"])
-def test_two_ps_hold_the_variables_with_their_averages_and_the_checkpoint_serves_on_one_machine(
-        tiny_data_dir, tmp_path, mode_flags):
+def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serves_on_one_machine(
+        tiny_data_dir, tmp_path, start_launcher, mode_flags):
     job_dir = tmp_path / "job"
-    result = launch(tiny_data_dir, job_dir, "--log-device-placement",
-                    "--moving-average-decay", "0.9", *mode_flags,
-                    launcher_flags=["--num-ps", "2", "--num-workers", "2"])
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-5000:]
-    assert "Traceback" not in result.stdout
+    run = start_launcher(tiny_data_dir, job_dir, "--log-device-placement",
+                         "--moving-average-decay", "0.9", *mode_flags,
+                         launcher_flags=["--num-ps", "2", "--num-workers", "2"])
+    trainers = ["chief", "worker0", "worker1"]
+    if "--sync" not in mode_flags:
+        # With --sync the first update already waits for a gradient of every trainer.
+        trainers = run.start_trainers_together(trainers)
+    status = run.wait()
+    output = run.output()
+    assert status == 0, output[-8000:]
+    assert "[launcher] done" in output
+    assert "Traceback" not in output
 
     # tf.estimator's device function deals the variables out to the ps tasks in turn,
     # as they are created; an optimizer's slot variables (Momentum) and the weights'
     # moving averages sit with theirs.
-    placed = placements(task_lines(result.stdout, "chief"))
+    placed = placements(task_lines(output, "chief"))
     handles = {op: device for op, op_type, device in placed if op_type == "VarHandleOp"}
     beside = {op: device for op, device in handles.items()
               if op.endswith(("/Momentum", AVERAGE_SUFFIX))}
@@ -513,9 +531,10 @@ def test_two_ps_hold_the_variables_with_their_averages_and_the_checkpoint_serves
     if "--sync" in mode_flags:
         final_step = checkpoint_steps(job_dir)[-1]
         assert final_step == 40
-        assert_sync_trainers_step_together_on_their_towers(result.stdout, job_dir)
+        assert_sync_trainers_step_together_on_their_towers(output, job_dir)
     else:
-        final_step = assert_async_final_step(job_dir, 30, num_trainers=3)
+        final_step = assert_async_trainers_each_train_and_evaluator_takes_the_final_step(
+            output, job_dir, trainers, 400)
     with open(str(job_dir / "test_results.json")) as stream:
         results = json.load(stream)
     assert results["global_step"] >= final_step
