@@ -643,17 +643,18 @@ def wait_for_port(address, timeout_secs=120):
 
 @many_processes
 @pytest.mark.slow
-@pytest.mark.parametrize("mode_flags", [(), ("--sync",)], ids=["async", "sync"])
-def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, task_processes,
-                                                     mode_flags):
+def test_killed_sync_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path,
+                                                          task_processes):
+    """A --sync worker killed mid-run leaves the update it was computing or its token
+    behind. (Without --sync a vanished worker leaves nothing: the SIGTERM test of
+    test_interruptions.py restarts one there and checks that it rejoins.)"""
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "150", *mode_flags)
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "150", "--sync")
     task_processes.start(Task("ps", 0), args)
     chief = task_processes.start(Task("chief"), args)
     worker = task_processes.start(Task("worker", 0), args)
-    # Without --sync the chief trains alone until the worker starts, and could finish the
-    # run first: it is paused (SIGSTOP) meanwhile. With --sync its first step already
-    # waited for the worker's first gradient.
+    # The chief's first step already waited for the worker's first gradient; it is paused
+    # (SIGSTOP) until the worker logged its own, so that no update comes meanwhile.
     task_processes.wait_for_step(chief, "chief")
     chief.send_signal(signal.SIGSTOP)
     first_step = task_processes.wait_for_step(worker, "worker0")
@@ -663,28 +664,24 @@ def test_killed_worker_restarts_and_rejoins_training(tiny_data_dir, tmp_path, ta
     worker.send_signal(signal.SIGKILL)
     worker.wait()
 
-    # While the worker restarts the chief could finish the run alone again: without
-    # --sync, and with --sync too when the worker died waiting for its token, which the
-    # chief then takes to give both gradients of each update itself. So it is paused;
-    # with --sync only until the restarted worker's session is up, as its first step
-    # waits for an update that the chief's thread applies. The chief would need
-    # over a hundred steps to finish alone from there, the worker one to rejoin.
+    # While the worker restarts the chief could finish the run alone when the worker
+    # died waiting for its token, which the chief then takes to give both gradients of
+    # each update itself. So it is paused until the restarted worker's session is up,
+    # as its first step waits for an update that the chief's thread applies. The chief
+    # would need over a hundred steps to finish alone from there, the worker one to
+    # rejoin.
     chief.send_signal(signal.SIGSTOP)
     restarted = task_processes.start(Task("worker", 0), args, "worker0-restarted")
-    if "--sync" in mode_flags:
-        task_processes.wait_for(restarted, "worker0-restarted", SESSION_CREATED)
-        chief.send_signal(signal.SIGCONT)
-    rejoined_step = task_processes.wait_for_step(restarted, "worker0-restarted")
+    task_processes.wait_for(restarted, "worker0-restarted", SESSION_CREATED)
     chief.send_signal(signal.SIGCONT)
+    rejoined_step = task_processes.wait_for_step(restarted, "worker0-restarted")
 
     assert chief.wait(180) == 0, task_processes.log("chief")[-3000:]
     assert restarted.wait(60) == 0, task_processes.log("worker0-restarted")[-3000:]
     # It went on from the shared variables, from where the killed worker left them.
     assert rejoined_step >= step_seen > first_step
-    if mode_flags:  # synchronous updates end exactly at --train-steps
-        assert checkpoint_steps(job_dir)[-1] == 150
-    else:
-        assert_async_final_step(job_dir, 150, num_trainers=2)
+    # Synchronous updates end exactly at --train-steps.
+    assert checkpoint_steps(job_dir)[-1] == 150
 
 
 @many_processes

@@ -350,7 +350,7 @@ def test_the_training_stream_resumes_at_the_global_step_without_a_seed(tiny_data
 @pytest.mark.slow
 @many_processes
 def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
-    from test_cluster import TaskProcesses
+    from test_cluster import CLUSTER_RATE, TaskProcesses
     from cifar10_estimator.distributed.local_cluster import Task
 
     tasks = TaskProcesses(tmp_path)
@@ -362,7 +362,9 @@ def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
         chief = tasks.start(Task("chief"), args)
         worker = tasks.start(Task("worker", 0), args)
         evaluator = tasks.start(Task("evaluator"), args)
-        tasks.wait_for_step(worker, "worker0")
+        first_step = tasks.wait_for_step(worker, "worker0")
+        # The stop comes once the worker has seen the global step move on, 10 steps later.
+        step_seen = int(tasks.wait_for(worker, "worker0", CLUSTER_RATE).group(3))
         tasks.wait_for(evaluator, "evaluator", EVALUATION_STARTED)
 
         # A worker ends, saving nothing; the chief trains on.
@@ -376,6 +378,21 @@ def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
         assert evaluator.wait(60) == 143, tasks.log("evaluator")[-3000:]
         assert our_lines(tasks.log("evaluator"))[-1].startswith(
             "%s: stopped by SIGTERM " % PROGRAM)
+        # Restarted, the worker rejoins: it goes on from the shared variables, from where
+        # the stopped one left them, restoring no checkpoint (only the chief does). How it
+        # ended does not matter: without --sync a worker leaves nothing behind on the ps.
+        # (The --sync worker, which does, is killed mid-run in test_cluster.py.) The chief
+        # is paused (SIGSTOP) while it starts, as it would only train on meanwhile.
+        chief.send_signal(signal.SIGSTOP)
+        rejoined = tasks.start(Task("worker", 0), args, "worker0-restarted")
+        rejoined_step = tasks.wait_for_step(rejoined, "worker0-restarted")
+        # Killed (SIGKILL) as it trains, it is gone before the ps is stopped: the chief
+        # alone goes through that.
+        rejoined.kill()
+        rejoined.wait()
+        chief.send_signal(signal.SIGCONT)
+        assert rejoined_step >= step_seen > first_step
+        assert "Restoring parameters" not in tasks.log("worker0-restarted")
         # The ps keeps the default action: the signal ends it, and the variables with it.
         # Restarted, the chief's session recovers from its last checkpoint by itself.
         tasks.wait_for(chief, "chief", re.compile(r"Saving checkpoints for [1-9]"))
