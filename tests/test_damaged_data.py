@@ -89,10 +89,28 @@ def regenerate_hint(data_dir):
            "--data-dir %s" % data_dir
 
 
-@pytest.mark.parametrize("subset, fault", [
+# Every fault in every subset, told by the check the commands run before they build a graph.
+FAULTS_BY_SUBSET = [
     ("train", "corrupted"), ("validation", "corrupted"), ("eval", "corrupted"),
     ("train", "cut to half"), ("validation", "cut to half"), ("eval", "cut to half"),
     ("validation", "cut inside a record"), ("train", "count"), ("eval", "not an example"),
+]
+
+
+@pytest.mark.parametrize("subset, fault", FAULTS_BY_SUBSET)
+def test_the_check_names_the_file_the_fault_and_the_command_that_regenerates_it(
+        data_copy, subset, fault):
+    words = damage(data_copy, subset, fault)
+    with pytest.raises(Cifar10EstimatorError) as raised:
+        tfrecord_format.check_tfrecords(str(data_copy), subset)
+    message = str(raised.value)
+    assert words in message and regenerate_hint(data_copy) in message, message
+
+
+# The trainer checks each subset's file before it writes anything: one fault per subset
+# (each fault in every subset is the check's, above), each from another branch of it.
+@pytest.mark.parametrize("subset, fault", [
+    ("train", "corrupted"), ("validation", "cut inside a record"), ("eval", "not an example"),
 ])
 def test_the_trainer_names_a_damaged_file_and_writes_nothing(data_copy, tmp_path, subset,
                                                              fault):
