@@ -312,23 +312,19 @@ def test_an_unknown_recipe_is_one_line_naming_the_known_ones(base_args):
 
 
 @pytest.mark.slow
-def test_the_plan_line_and_hparams_json_name_the_recipe(base_args, tmp_path):
-    result = run_trainer(*(base_args + ["--recipe", "paper", "--train-steps", "2",
-                                        "--eval-batch-size", "8"]))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Recipe paper. Training to step 2 " in result.stderr
-    saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
-    assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
-            saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 2)
-    # The layout the network computed in, which the devices decided, is recorded too.
-    assert saved["data_format"] == "channels_last"
-
-
-@pytest.mark.slow
-def test_low_resolution_epochs_train_the_first_steps_smaller_and_say_so(base_args):
+def test_the_plan_line_and_hparams_json_name_the_recipe_and_the_low_resolution_phase(
+        base_args, tmp_path):
     # 64 tiny training images at 8 a step: 8 steps an epoch, so 1.5 epochs are 12 steps.
-    result = run_trainer(*(base_args + ["--train-steps", "20", "--low-resolution-epochs", "1.5",
-                                        "--low-resolution", "16"]))
-    assert result.returncode == 0, result.stderr
+    result = run_trainer(*(base_args + ["--recipe", "paper", "--train-steps", "20",
+                                        "--eval-batch-size", "8", "--low-resolution-epochs",
+                                        "1.5", "--low-resolution", "16"]))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Recipe paper. Training to step 20 " in result.stderr
     assert "images 16x16 until step 12 (1.5 epochs), then 32x32" in result.stderr
     assert "test accuracy" in result.stdout
+    saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
+    assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
+            saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 20)
+    assert (saved["low_resolution_epochs"], saved["low_resolution"]) == (1.5, 16)
+    # The layout the network computed in, which the devices decided, is recorded too.
+    assert saved["data_format"] == "channels_last"
