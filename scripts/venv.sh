@@ -46,7 +46,12 @@ ensure_venv() {
   if [ -f "$stamp" ] && grep -qxF "$wanted" "$stamp"; then
     return
   fi
-  "$VENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
+  # A pip from 21.3 on knows every wheel tag and the resolver the install needs; an older
+  # one (Python 3.9's may be) is upgraded first, a newer one saves that round trip.
+  if ! "$VENV_DIR/bin/python" -c 'import sys, pip
+sys.exit(0 if tuple(int(part) for part in pip.__version__.split(".")[:2]) >= (21, 3) else 1)' 2>/dev/null; then
+    "$VENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
+  fi
   "$VENV_DIR/bin/python" -m pip install --quiet -e "$requirement" >&2
   echo "$wanted" >> "$stamp"
   if [ "$requirement" = ".[test]" ]; then  # the package itself came with it
