@@ -1,7 +1,5 @@
 """The predict command: image files in, PATH<TAB>CLASS<TAB>PROBABILITY lines out."""
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,24 +21,42 @@ def write_image(path, height, width, encode, seed):
     return pixels
 
 
-@pytest.fixture
-def image_files(tmp_path):
-    """A PNG and a JPEG, neither 32x32."""
-    png = tmp_path / "wide.png"
-    jpeg = tmp_path / "small photo.jpg"
+@pytest.fixture(scope="module")
+def image_files(tmp_path_factory):
+    """A PNG and a JPEG, neither 32x32; the tests only read them."""
+    directory = tmp_path_factory.mktemp("images")
+    png = directory / "wide.png"
+    jpeg = directory / "small photo.jpg"
     write_image(png, 45, 70, tf.io.encode_png, seed=1)
     write_image(jpeg, 20, 24, lambda pixels: tf.io.encode_jpeg(pixels, quality=90), seed=2)
     return [png, jpeg]
 
 
-def expected_ranking(export_dir, path, trained_job):
-    """[(class name, probability)], most probable first, of serving_default on the file
-    decoded as TensorFlow decodes it and resized as the export documents."""
-    image = tf.io.decode_image(path.read_bytes(), channels=3, expand_animations=False)
-    resized = export.resize_to_cifar(image).numpy()[np.newaxis]
-    probabilities = trained_job.serve_images(export_dir, resized)["probabilities"][0]
-    order = np.argsort(-probabilities, kind="stable")
-    return [(cifar10.CLASS_NAMES[index], probabilities[index]) for index in order]
+@pytest.fixture(scope="module")
+def unreadable_files(tmp_path_factory):
+    """(a .png that is text, a .jpg that does not exist)."""
+    directory = tmp_path_factory.mktemp("unreadable")
+    not_an_image = directory / "notes.png"
+    not_an_image.write_text("not an image\n")
+    return not_an_image, directory / "missing.jpg"
+
+
+@pytest.fixture(scope="module")
+def expected_rankings(trained_job, image_files):
+    """{path: [(class name, probability)], most probable first} of serving_default of the
+    newest export under export/best on each image file, decoded as TensorFlow decodes it
+    and resized as the export documents."""
+    export_dir = trained_job.exports("best")[-1]
+    rankings = {}
+    for path in image_files:
+        image = tf.io.decode_image(path.read_bytes(), channels=3, expand_animations=False)
+        # One image at a time, as predict classifies them.
+        resized = export.resize_to_cifar(image).numpy()[np.newaxis]
+        probabilities = trained_job.serve_images(export_dir, resized)["probabilities"][0]
+        order = np.argsort(-probabilities, kind="stable")
+        rankings[path] = [(cifar10.CLASS_NAMES[index], probabilities[index])
+                          for index in order]
+    return rankings
 
 
 def parse_lines(stdout):
@@ -49,51 +65,48 @@ def parse_lines(stdout):
     return [(path, name, float(probability)) for path, name, probability in rows]
 
 
-@slow
-def test_prints_the_top_class_of_png_and_jpeg_files_of_any_size(trained_job, image_files):
-    result = run_module(MODULE, ["--export-dir", trained_job.job_dir] + image_files)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = parse_lines(result.stdout)
-    assert [path for path, _, _ in rows] == [str(path) for path in image_files]
-    # Given a job dir, predict uses the newest export under export/best.
-    export_dir = trained_job.exports("best")[-1]
-    for (_, name, probability), path in zip(rows, image_files):
-        expected_name, expected_probability = expected_ranking(export_dir, path, trained_job)[0]
-        assert name == expected_name
-        assert probability == pytest.approx(expected_probability, abs=2e-6)
-
-
-@slow
-def test_top_k_prints_k_lines_per_image_most_probable_first(trained_job, image_files):
-    latest = trained_job.exports("latest")
-    # A directory of timestamped exports: predict uses the newest.
-    result = run_module(MODULE, ["--export-dir", os.path.dirname(latest[-1]), "--top-k", "3"]
-                        + image_files)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = parse_lines(result.stdout)
-    assert len(rows) == 3 * len(image_files)
+def assert_top_k_rows(rows, image_files, expected_rankings, k):
+    """rows hold k lines per image, in the images' order, ranked as expected."""
+    assert len(rows) == k * len(image_files)
     for index, path in enumerate(image_files):
-        image_rows = rows[3 * index:3 * index + 3]
+        image_rows = rows[k * index:k * index + k]
         assert {row[0] for row in image_rows} == {str(path)}
-        expected = expected_ranking(latest[-1], path, trained_job)[:3]
+        expected = expected_rankings[path][:k]
         assert [name for _, name, _ in image_rows] == [name for name, _ in expected]
         np.testing.assert_allclose([p for _, _, p in image_rows], [p for _, p in expected],
                                    atol=2e-6)
 
 
+@pytest.fixture(scope="module")
+def saved_model_predictions(trained_job, image_files, unreadable_files):
+    """One predict of the job dir's SavedModel with --top-k 3 on the two images with the
+    unreadable files between them: the tests below each check part of what it did (each
+    TensorFlow process costs seconds before it reads an image)."""
+    not_an_image, missing = unreadable_files
+    return run_module(MODULE, ["--export-dir", trained_job.job_dir, "--top-k", "3",
+                               image_files[0], not_an_image, missing, image_files[1]])
+
+
+@slow
+def test_top_k_prints_k_lines_per_png_and_jpeg_file_of_any_size_most_probable_first(
+        saved_model_predictions, image_files, expected_rankings):
+    # Given a job dir, predict uses the newest export under export/best (expected_rankings).
+    # Predict finds the export with export.resolve_export_dir, whose other forms (an
+    # export, a directory of timestamped exports) test_export checks; one line per image
+    # without --top-k, the int8 test below.
+    assert_top_k_rows(parse_lines(saved_model_predictions.stdout), image_files,
+                      expected_rankings, 3)
+
+
 @slow
 def test_unreadable_images_are_reported_and_the_others_still_answered(
-        trained_job, image_files, tmp_path):
-    not_an_image = tmp_path / "notes.png"
-    not_an_image.write_text("not an image\n")
-    missing = tmp_path / "missing.jpg"
-    args = [image_files[0], not_an_image, missing, image_files[1]]
-    result = run_module(MODULE, ["--export-dir", trained_job.exports("best")[-1]] + args)
-
+        saved_model_predictions, image_files, unreadable_files):
+    result = saved_model_predictions
+    not_an_image, missing = unreadable_files
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert [path for path, _, _ in parse_lines(result.stdout)] == [
-        str(image_files[0]), str(image_files[1])]
+        str(image_files[0])] * 3 + [str(image_files[1])] * 3
     errors = [line for line in result.stderr.splitlines()
               if line.startswith("python -m %s: error:" % MODULE)]
     assert len(errors) == 2, result.stderr[-3000:]
@@ -114,21 +127,12 @@ def test_top_k_beyond_the_ten_classes_is_a_usage_error(tmp_path, image_files):
 
 @slow
 @pytest.mark.parametrize("to", ["tflite", "onnx"])
-def test_a_float_model_file_ranks_as_the_export_does(trained_job, converted_models, to,
-                                                     image_files):
+def test_a_float_model_file_ranks_as_the_export_does(converted_models, to, image_files,
+                                                     expected_rankings):
     result = run_module(MODULE, ["--model", converted_models[to].path, "--top-k", "3"]
                         + image_files)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = parse_lines(result.stdout)
-    assert len(rows) == 3 * len(image_files)
-    export_dir = trained_job.exports("best")[-1]
-    for index, path in enumerate(image_files):
-        image_rows = rows[3 * index:3 * index + 3]
-        assert {row[0] for row in image_rows} == {str(path)}
-        expected = expected_ranking(export_dir, path, trained_job)[:3]
-        assert [name for _, name, _ in image_rows] == [name for name, _ in expected]
-        np.testing.assert_allclose([p for _, _, p in image_rows], [p for _, p in expected],
-                                   atol=2e-6)
+    assert_top_k_rows(parse_lines(result.stdout), image_files, expected_rankings, 3)
 
 
 @slow
@@ -138,6 +142,7 @@ def test_an_int8_model_file_answers_with_a_probability_per_image(converted_model
                         + image_files)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = parse_lines(result.stdout)
+    # Without --top-k, one line per image.
     assert [path for path, _, _ in rows] == [str(path) for path in image_files]
     assert all(name in cifar10.CLASS_NAMES and 0 < probability <= 1
                for _, name, probability in rows)
