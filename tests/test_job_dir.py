@@ -7,6 +7,7 @@ Trainers run through the real CLI on tiny TFRecords and ResNet-8; a rerun after
 import glob
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from cifar10_estimator.training import job_dir_lock
 from cli_helpers import assert_one_line_error, run_module, start_module
 from test_training import checkpoint_steps, trainer_args
 
+pytest_plugins = ["trained_job"]
 MODULE = "cifar10_estimator.main"
 DEADLINE_SECS = 300
 
@@ -91,12 +93,18 @@ def test_a_held_job_dir_is_refused_until_its_holder_lets_go(tmp_path):
 def test_a_second_trainer_on_a_held_job_dir_ends_at_once_and_the_first_is_unharmed(
         tiny_data_dir, tmp_path, start_trainer):
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "100",
-                        "--save-checkpoints-steps", "20")
+    # Only the final checkpoint is evaluated: the first trainer's run stays short.
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "25",
+                        "--save-checkpoints-steps", "5", "--eval-every-secs", "3600")
     first = start_trainer(args)
     first.wait_until(lambda: lock_holder_pid(job_dir) == first.process.pid, "holding the job dir")
-
-    second = run_module(MODULE, args, timeout=120)
+    # Paused (SIGSTOP) while the second runs, so that however slow the second is to start,
+    # the first still holds the job dir; the second would wait for it forever if it waited.
+    first.process.send_signal(signal.SIGSTOP)
+    try:
+        second = run_module(MODULE, args, timeout=120)
+    finally:
+        first.process.send_signal(signal.SIGCONT)
 
     assert first.process.poll() is None, "the first trainer ended before the second did"
     assert_one_line_error(
@@ -105,8 +113,8 @@ def test_a_second_trainer_on_a_held_job_dir_ends_at_once_and_the_first_is_unharm
                                                          socket.gethostname()),
         "wait for it to end or stop it", "or pass another --job-dir")
     assert first.process.wait(DEADLINE_SECS) == 0, first.log()[-3000:]
-    # The checkpoints and summaries of one run: every 20 steps, the last 5 kept.
-    assert checkpoint_steps(job_dir) == [20, 40, 60, 80, 100]
+    # The checkpoints and summaries of one run: every 5 steps, the last 5 kept.
+    assert checkpoint_steps(job_dir) == [5, 10, 15, 20, 25]
     events = glob.glob(str(job_dir / "events.out.tfevents.*"))
     # The training summaries' file, and the hyper-parameters' for TensorBoard's dashboard.
     assert len([path for path in events if not path.endswith(".hparams")]) == 1
@@ -141,10 +149,14 @@ def kill_during_an_export(trainer, job_dir):
 
 @pytest.mark.slow
 def test_an_export_killed_half_way_is_never_picked_and_the_rerun_clears_it(
-        tiny_data_dir, tmp_path, start_trainer):
+        trained_job, tmp_path, start_trainer):
+    # A copy of trained_job (10 steps, complete exports), trained on to step 40 with its own
+    # arguments: a checkpoint every 5 steps, each evaluated and exported.
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "100",
-                        "--save-checkpoints-steps", "5")
+    shutil.copytree(trained_job.job_dir, str(job_dir))
+    args = list(trained_job.args)
+    args[args.index("--job-dir") + 1] = str(job_dir)
+    args[args.index("--train-steps") + 1] = "40"
     unfinished = kill_during_an_export(start_trainer(args), job_dir)
 
     assert os.path.isdir(unfinished)
@@ -158,7 +170,7 @@ def test_an_export_killed_half_way_is_never_picked_and_the_rerun_clears_it(
     assert predicted.stdout.startswith(str(image) + "\t")
 
     # A checkpoint at the end only, so that the rerun evaluates and exports twice, not 20 times.
-    rerun = run_module(MODULE, args + ["--save-checkpoints-steps", "100"])
+    rerun = run_module(MODULE, args + ["--save-checkpoints-steps", "40"])
 
     assert rerun.returncode == 0, rerun.stderr[-5000:]
     assert unfinished_exports(job_dir) == []
