@@ -146,13 +146,16 @@ def final_weights(job_dir):
 
 
 def test_the_same_seed_trains_the_same_weights_and_another_seed_others(trained_job, tmp_path):
-    # trained_job trained with --seed 7: its arguments train it again, with 7 and with 8.
+    # trained_job trained with --seed 7: its arguments train it again, with 7 and with 8,
+    # with one checkpoint, at the end, and so one evaluation instead of two (checkpoints
+    # and evaluations do not change what training computes).
     job_dirs = {"first": pathlib.Path(trained_job.job_dir)}
     for name, seed in (("again", "7"), ("other", "8")):
         job_dirs[name] = tmp_path / name
         args = list(trained_job.args)
         args[args.index("--job-dir") + 1] = str(job_dirs[name])
         args[args.index("--seed") + 1] = seed
+        args[args.index("--save-checkpoints-steps") + 1] = "10"
         result = run_module(MODULE, args)
         assert result.returncode == 0, result.stderr[-5000:]
     runs = {}
@@ -208,29 +211,26 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
     assert checkpoint_steps(job_dir)[-1] == 8
     assert "ends before the first learning-rate drop" not in first.stderr
 
-    second = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "2",
-                                             "--learning-rate", "0.05"))
-    assert second.returncode == 0, second.stderr[-5000:]
-    assert re.search(r"^Resuming from \S+model\.ckpt-8$", second.stderr, re.M)
-    assert "Training to step 16 (2.0 epochs of 64 examples at 8 per step); learning rate 0.05, " \
-           "x0.1 after step 8, x0.01 after step 12" in second.stderr
-    assert checkpoint_steps(job_dir)[-1] == 16
+    # A rerun with a new length, rate and shape continues from the saved step, its schedule
+    # computed from step 0 of the new run: the step it starts at, 8, is a third of the way
+    # down the line from 0.05 to 0 at step 24.
+    logged_before = len(train_log(job_dir))
+    rerun = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "3",
+                                            "--learning-rate", "0.05",
+                                            "--learning-rate-schedule", "linear"))
+    assert rerun.returncode == 0, rerun.stderr[-5000:]
+    assert re.search(r"^Resuming from \S+model\.ckpt-8$", rerun.stderr, re.M)
+    rerun_log = train_log(job_dir, since=logged_before)
+    assert re.search(r"Restoring parameters from \S+model\.ckpt-8\b", rerun_log)
+    assert "Training to step 24 (3.0 epochs of 64 examples at 8 per step); learning rate 0.05, " \
+           "linear decay to 0 at step 24" in rerun.stderr
+    # The first step it logs is step 8: 0.05 x 16/24.
+    assert re.search(r"learning_rate = 0\.033333\d*, loss = \S+", rerun_log), rerun_log[-3000:]
+    assert checkpoint_steps(job_dir)[-1] == 24
     with open(str(job_dir / "hparams.json")) as stream:
         recorded = json.load(stream)["hparams"]
-    assert recorded["train_epochs"] == 2 and recorded["learning_rate"] == 0.05
-
-    # A new shape continues from the saved step, computed from step 0 of the new run.
-    logged_before = len(train_log(job_dir))
-    third = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "3",
-                                            "--learning-rate-schedule", "linear"))
-    assert third.returncode == 0, third.stderr[-5000:]
-    third_log = train_log(job_dir, since=logged_before)
-    assert re.search(r"Restoring parameters from \S+model\.ckpt-16\b", third_log)
-    assert "Training to step 24 (3.0 epochs of 64 examples at 8 per step); learning rate 0.1, " \
-           "linear decay to 0 at step 24" in third.stderr
-    # The first step it logs is step 16, two thirds of the way down the line to 0.
-    assert re.search(r"learning_rate = 0\.033333\d*, loss = \S+", third_log), third_log[-3000:]
-    assert checkpoint_steps(job_dir)[-1] == 24
+    assert (recorded["train_epochs"], recorded["learning_rate"],
+            recorded["learning_rate_schedule"]) == (3, 0.05, "linear")
 
 
 def test_two_cpu_towers_run_on_two_devices(tiny_data_dir, tmp_path):
@@ -257,7 +257,7 @@ def test_synthetic_data_needs_no_files(tmp_path):
 
 def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
-    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "400",
+    args = trainer_args(tiny_data_dir, job_dir, "--train-steps", "100",
                         "--save-checkpoints-steps", "5", "--eval-every-secs", "3600")
     process = start_module(MODULE, args, stdout=open(os.devnull, "w"),
                            stderr=open(str(tmp_path / "first.log"), "w"))
@@ -273,14 +273,14 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
         process.send_signal(signal.SIGKILL)
         process.wait()
     killed_at = resume_step(job_dir)
-    assert killed_at < 400, "training finished before it could be killed"
+    assert killed_at < 100, "training finished before it could be killed"
     # Its lock file stays behind naming it; the lock itself died with it.
     with open(str(job_dir / job_dir_lock.LOCK_FILENAME)) as stream:
         assert json.load(stream)["pid"] == process.pid
 
-    # A checkpoint at the end only: the rerun saves once, not 79 times.
+    # A checkpoint at the end only: the rerun saves once, not 19 times.
     logged_before = len(train_log(job_dir))
-    result = run_module(MODULE, args + ["--save-checkpoints-steps", "400"])
+    result = run_module(MODULE, args + ["--save-checkpoints-steps", "100"])
     exited_at = time.time()
     assert result.returncode == 0, result.stderr[-5000:]
     restored = re.search(r"^Resuming from \S+model\.ckpt-(\d+)$", result.stderr, re.M)
@@ -288,10 +288,10 @@ def test_rerun_after_kill_resumes_from_the_last_checkpoint(tiny_data_dir, tmp_pa
     rerun_log = train_log(job_dir, since=logged_before)
     first_step = int(re.search(r"loss = [0-9.]+, step = (\d+)", rerun_log).group(1))
     assert first_step >= killed_at
-    assert checkpoint_steps(job_dir)[-1] == 400
+    assert checkpoint_steps(job_dir)[-1] == 100
     # The final checkpoint is evaluated as training ends, --eval-every-secs 3600 or not.
-    assert 400 in eval_metrics(job_dir)
-    assert exited_at - os.path.getmtime(str(job_dir / "model.ckpt-400.index")) < 60
+    assert 100 in eval_metrics(job_dir)
+    assert exited_at - os.path.getmtime(str(job_dir / "model.ckpt-100.index")) < 60
 
 
 def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(trained_job, tmp_path):
