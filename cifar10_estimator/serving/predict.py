@@ -82,8 +82,11 @@ def image_bytes_classifier(export_dir):
 def model_file_classifier(path):
     """classify(encoded image) -> probabilities [10], decoded and resized by TensorFlow as
     the image_bytes signature does, then classified by the runtime of `path`."""
-    from cifar10_estimator.serving import export, runtimes
+    from cifar10_estimator.serving import runtimes
     model = runtimes.load(path)
+    # export loads TensorFlow (for its image decoder): only once the file is there, so that
+    # a missing one is named at once.
+    from cifar10_estimator.serving import export
     return lambda encoded: model.predict(
         export.decode_and_resize(encoded).numpy()[np.newaxis])["probabilities"][0]
 
