@@ -154,9 +154,7 @@ def test_an_export_killed_half_way_is_never_picked_and_the_rerun_clears_it(
     # arguments: a checkpoint every 5 steps, each evaluated and exported.
     job_dir = tmp_path / "job"
     shutil.copytree(trained_job.job_dir, str(job_dir))
-    args = list(trained_job.args)
-    args[args.index("--job-dir") + 1] = str(job_dir)
-    args[args.index("--train-steps") + 1] = "40"
+    args = trained_job.args_for(job_dir, train_steps=40)
     unfinished = kill_during_an_export(start_trainer(args), job_dir)
 
     assert os.path.isdir(unfinished)

@@ -152,10 +152,7 @@ def test_the_same_seed_trains_the_same_weights_and_another_seed_others(trained_j
     job_dirs = {"first": pathlib.Path(trained_job.job_dir)}
     for name, seed in (("again", "7"), ("other", "8")):
         job_dirs[name] = tmp_path / name
-        args = list(trained_job.args)
-        args[args.index("--job-dir") + 1] = str(job_dirs[name])
-        args[args.index("--seed") + 1] = seed
-        args[args.index("--save-checkpoints-steps") + 1] = "10"
+        args = trained_job.args_for(job_dirs[name], seed=seed, save_checkpoints_steps=10)
         result = run_module(MODULE, args)
         assert result.returncode == 0, result.stderr[-5000:]
     runs = {}
@@ -301,8 +298,7 @@ def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(trained_job, tmp
     shutil.copytree(trained_job.job_dir, str(job_dir))
     shutil.rmtree(str(job_dir / "eval_validation"))
     shutil.rmtree(str(job_dir / "export"))
-    args = list(trained_job.args)
-    args[args.index("--job-dir") + 1] = str(job_dir)
+    args = trained_job.args_for(job_dir)
 
     result = run_module(MODULE, args)
 

@@ -33,6 +33,14 @@ class TrainedJob:
         # What the trainer printed, as a CompletedProcess (it succeeded).
         self.result = subprocess.CompletedProcess(args, 0, stdout, stderr)
 
+    def args_for(self, job_dir, **values):
+        """The trainer's arguments with --job-dir job_dir and the given flags' values
+        replaced (names with _ for -, e.g. save_checkpoints_steps=10)."""
+        args = list(self.args)
+        for name, value in dict(job_dir=job_dir, **values).items():
+            args[args.index("--" + name.replace("_", "-")) + 1] = str(value)
+        return args
+
     def exports(self, exporter_name):
         """Timestamped export directories under job-dir/export/<exporter_name>, oldest first."""
         pattern = os.path.join(self.job_dir, "export", exporter_name, "*", "saved_model.pb")

@@ -232,7 +232,7 @@ def run_benchmarks(mode, work_dir, command, sections=SECTIONS, run_names=RUN_NAM
     if "conversion" in sections:
         results["conversion"] = conversion_section(mode, work_dir, data_dir)
     elif set(SECTIONS_READING_TFRECORDS) & set(sections):
-        convert_untimed(mode, work_dir, data_dir)
+        convert_untimed(mode, data_dir)
     training_data_dir = os.path.join(work_dir, "training_data")
     if set(SECTIONS_READING_TFRECORDS) & set(sections):
         prepare_training_data(data_dir, training_data_dir, mode.num_eval_examples)
@@ -264,7 +264,7 @@ def _write_archive(mode, archive_dir):
     return archive, num_images
 
 
-def convert_untimed(mode, work_dir, data_dir):
+def convert_untimed(mode, data_dir):
     """The TFRecords the other sections read, when the conversion section does not run."""
     from cifar10_estimator.benchmarks import conversion
 
