@@ -52,7 +52,10 @@ ensure_venv() {
 sys.exit(0 if tuple(int(part) for part in pip.__version__.split(".")[:2]) >= (21, 3) else 1)' 2>/dev/null; then
     "$VENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
   fi
-  "$VENV_DIR/bin/python" -m pip install --quiet -e "$requirement" >&2
+  # pip byte-compiles what it installs on one core; compileall does it on all of them.
+  "$VENV_DIR/bin/python" -m pip install --quiet --no-compile -e "$requirement" >&2
+  "$VENV_DIR/bin/python" -m compileall -q -j 0 \
+    "$("$VENV_DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
   echo "$wanted" >> "$stamp"
   if [ "$requirement" = ".[test]" ]; then  # the package itself came with it
     echo ". ${wanted#* }" >> "$stamp"

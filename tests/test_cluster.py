@@ -553,6 +553,11 @@ def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serv
     assert any(not np.array_equal(average, weight)
                for average, weight in exported_checkpoints[-1].values())
 
+    if "--sync" in mode_flags:
+        # A --sync run's checkpoint holds the same variables as an async run's (the
+        # sync optimizer's local step and token queue are not saved), so serving it is
+        # checked once, on the async run.
+        return
     # A checkpoint sharded over two ps restores in one process, and so does its export.
     evaluated = run_module("cifar10_estimator.serving.evaluate",
                            ["--job-dir", job_dir, "--data-dir", tiny_data_dir], timeout=180)

@@ -112,13 +112,15 @@ def test_validation_during_training_and_one_test_evaluation_at_the_end(trained_j
     assert result.stderr.count("ends before the first learning-rate drop") == 1
 
 
-def test_averaged_weights_flips_and_precision_auto_are_recorded_and_evaluate_agrees(
+def test_averaged_weights_flips_precision_auto_and_eval_subset_are_recorded_and_evaluate_agrees(
         tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
     result = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-steps", "5",
                                              "--moving-average-decay", "0.9", "--eval-flips",
-                                             "--precision", "auto"))
+                                             "--precision", "auto", "--eval-subset", "eval"))
     assert result.returncode == 0, result.stderr[-5000:]
+    assert_evaluated_on_test_during_training_without_best_export(
+        result, job_dir, "--eval-subset eval")
     hparams = json.loads((job_dir / "hparams.json").read_text())["hparams"]
     assert (hparams["moving_average_decay"], hparams["eval_flips"]) == (0.9, True)
     # --precision auto says what it took and records it, not "auto".
@@ -177,24 +179,27 @@ def without_validation_set(tiny_data_dir, tmp_path):
     return data_dir
 
 
-@pytest.mark.parametrize("case", ["--eval-subset eval", "no validation set"])
-def test_evaluating_on_test_during_training_keeps_no_best_export(tiny_data_dir, tmp_path, case):
-    job_dir = tmp_path / "job"
-    if case == "no validation set":
-        args = trainer_args(without_validation_set(tiny_data_dir, tmp_path), job_dir)
-    else:
-        args = trainer_args(tiny_data_dir, job_dir, "--eval-subset", "eval")
-    result = run_module(MODULE, args + ["--train-steps", "5"])
-    assert result.returncode == 0, result.stderr[-5000:]
-    assert "Evaluating on the test set during training (%s)" % (
-        "--eval-subset eval" if case == "--eval-subset eval" else
-        "%s has no validation set" % (tmp_path / "data")) in result.stderr
+def assert_evaluated_on_test_during_training_without_best_export(result, job_dir, reason):
+    """A 5-step run that evaluated on the test set during training, for `reason`."""
+    assert "Evaluating on the test set during training (%s)" % reason in result.stderr
     assert 5 in eval_metrics(job_dir, "eval")
     assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
     assert not (job_dir / "export" / "best").exists()
     with open(str(job_dir / "test_results.json")) as stream:
         assert json.load(stream)["global_step"] == 5
     assert "validation accuracy" not in result.stdout
+
+
+def test_without_a_validation_set_training_evaluates_on_test_and_keeps_no_best_export(
+        tiny_data_dir, tmp_path):
+    # --eval-subset eval, the other way to evaluate on the test set, is checked by the
+    # averaged-weights run above.
+    job_dir = tmp_path / "job"
+    data_dir = without_validation_set(tiny_data_dir, tmp_path)
+    result = run_module(MODULE, trainer_args(data_dir, job_dir, "--train-steps", "5"))
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert_evaluated_on_test_during_training_without_best_export(
+        result, job_dir, "%s has no validation set" % data_dir)
 
 
 def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
