@@ -253,12 +253,18 @@ class LauncherRun:
         os.kill(int(pid.group(1)), signal_number)
 
     def start_trainers_together(self, names, timeout_secs=180):
-        """Pause (SIGSTOP) each trainer in `names` from its first step until the last one's,
-        then let them all go on; returns the names in the order of their first steps.
+        """Pause (SIGSTOP) each trainer in `names` at its first step until all have
+        stepped, then let them all go on at once.
 
         Without --sync a trainer could otherwise train alone while the others start, even
         to the end of the run: TensorFlow delays the workers by 5 s each on purpose, and a
-        loaded machine by more, in no fixed order.
+        loaded machine by more, in no fixed order. The last one is paused too: on a busy
+        machine the others' SIGCONT can come seconds after its first step, and it would
+        train alone meanwhile.
+
+        Returns:
+          (the names in the order of their first steps, the number of output lines
+          before they went on: every line after it was logged while all trained).
         """
         first_step = {name: re.compile(r"^\[%s\] .*%s" % (name, LOSS_AT_STEP.pattern), re.M)
                       for name in names}
@@ -269,14 +275,17 @@ class LauncherRun:
             for name in names:
                 if name not in stepped and first_step[name].search(output):
                     stepped.append(name)
-                    if len(stepped) < len(names):
-                        self.send_signal(name, signal.SIGSTOP)
+                    self.send_signal(name, signal.SIGSTOP)
             assert self._process.poll() is None, output[-8000:]
             assert time.monotonic() < deadline, "only %s of %s stepped" % (stepped, names)
             time.sleep(0.2)
-        for name in stepped[:-1]:
+        # Lines the trainers wrote before they stopped may still be on their way through
+        # the launcher.
+        time.sleep(1)
+        resumed_at_line = len(self.output().splitlines())
+        for name in stepped:
             self.send_signal(name, signal.SIGCONT)
-        return stepped
+        return stepped, resumed_at_line
 
     def wait(self, timeout_secs=300):
         """The launcher's exit status, once it exited."""
@@ -343,13 +352,13 @@ def rates_over(reports):
     return (last_own - first_own) / (last_t - first_t), cluster
 
 
-def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers):
+def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers, all_trained_from=None):
     """The trainers' own examples/sec add up to the cluster's, while all trained.
 
     `trainers` are task names in the order of their first steps (with --sync, all
-    the same). Rates are compared over the reports each trainer logged after the last
-    one's first step, so that time before, when some trained alone (or were paused),
-    is left out. These windows still differ by up to 10 steps of a trainer at each end,
+    the same). Rates are compared over the reports each trainer logged after output line
+    `all_trained_from` (by default the last one's first step), so that time before, when
+    some trained alone (or were paused), is left out. These windows still differ by up to 10 steps of a trainer at each end,
     as reports come every 10 steps.
     Measured on a 2-core machine under a load of 7, the sum was within 1.5 % of the
     cluster rate with and without --sync. 20 % leaves room for a machine busier still,
@@ -357,9 +366,10 @@ def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers):
     cluster's rate as its own (+100 % with two trainers) or a --sync cluster rate
     counting one batch per global step (-50 %).
     """
-    all_trained_from = next(
-        index for index, line in enumerate(output.splitlines())
-        if line.startswith("[%s] " % trainers[-1]) and LOSS_AT_STEP.search(line))
+    if all_trained_from is None:
+        all_trained_from = next(
+            index for index, line in enumerate(output.splitlines())
+            if line.startswith("[%s] " % trainers[-1]) and LOSS_AT_STEP.search(line))
     rates = {name: rates_over(rate_reports(output, name, all_trained_from))
              for name in trainers}
     cluster_rate = rates[trainers[-1]][1]
@@ -459,12 +469,13 @@ def assert_sync_trainers_step_together_on_their_towers(output, job_dir):
         assert towers == {("0", device % 0), ("1", device % 1)}, (name, towers)
 
 
-def assert_async_trainers_each_train_and_evaluator_takes_the_final_step(output, job_dir,
-                                                                      trainers, train_steps):
+def assert_async_trainers_each_train_and_evaluator_takes_the_final_step(
+        output, job_dir, trainers, all_trained_from, train_steps):
     """A run without --sync of the chief and two workers, `trainers` in the order of their
-    first steps, with an evaluator: each trainer steps and says where the cluster's run
-    is, only the chief saves, their rates add up to the cluster's, and the evaluator
-    evaluates the final checkpoint; returns its step."""
+    first steps, all training from output line `all_trained_from` on, with an evaluator:
+    each trainer steps and says where the cluster's run is, only the chief saves, their
+    rates add up to the cluster's, and the evaluator evaluates the final checkpoint;
+    returns its step."""
     for name in trainers:
         assert loss_steps(task_lines(output, name)), "%s did no step" % name
     final_step = assert_async_final_step(job_dir, train_steps, num_trainers=3)
@@ -476,7 +487,7 @@ def assert_async_trainers_each_train_and_evaluator_takes_the_final_step(output, 
     assert any("Exiting evaluation, global_step=%d" % evaluated_step in line
                for line in task_lines(output, "evaluator"))
     assert_only_the_chief_saves(output, job_dir, num_workers=3)
-    assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers)
+    assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers, all_trained_from)
     # Every trainer says where the cluster's run is, in global steps of the cluster.
     for name in trainers:
         assert any(re.search(r"step \d+/%d \(\d+ %%\), (\d+ examples/sec, about .* to go|"
@@ -504,7 +515,7 @@ def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serv
     trainers = ["chief", "worker0", "worker1"]
     if "--sync" not in mode_flags:
         # With --sync the first update already waits for a gradient of every trainer.
-        trainers = run.start_trainers_together(trainers)
+        trainers, all_trained_from = run.start_trainers_together(trainers)
     status = run.wait()
     output = run.output()
     assert status == 0, output[-8000:]
@@ -534,7 +545,7 @@ def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serv
         assert_sync_trainers_step_together_on_their_towers(output, job_dir)
     else:
         final_step = assert_async_trainers_each_train_and_evaluator_takes_the_final_step(
-            output, job_dir, trainers, 400)
+            output, job_dir, trainers, all_trained_from, 400)
     with open(str(job_dir / "test_results.json")) as stream:
         results = json.load(stream)
     assert results["global_step"] >= final_step
