@@ -358,8 +358,8 @@ def assert_trainer_rates_add_up_to_the_cluster_rate(output, trainers, all_traine
     `trainers` are task names in the order of their first steps (with --sync, all
     the same). Rates are compared over the reports each trainer logged after output line
     `all_trained_from` (by default the last one's first step), so that time before, when
-    some trained alone (or were paused), is left out. These windows still differ by up to 10 steps of a trainer at each end,
-    as reports come every 10 steps.
+    some trained alone (or were paused), is left out. These windows still differ by up to
+    10 steps of a trainer at each end, as reports come every 10 steps.
     Measured on a 2-core machine under a load of 7, the sum was within 1.5 % of the
     cluster rate with and without --sync. 20 % leaves room for a machine busier still,
     while the mistakes this guards against are far larger: a worker printing the
