@@ -17,6 +17,7 @@ import numbers
 import os
 import typing
 
+from cifar10_estimator import file_systems
 from cifar10_estimator import json_file
 from cifar10_estimator.cli import (between_zero_and_one, non_negative_float, non_negative_int,
                                    option, positive_float, positive_int)
@@ -304,23 +305,22 @@ def load_record(job_dir):
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
     """
-    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    if not tf.io.gfile.isdir(job_dir):
+    files = file_systems.for_path(job_dir)
+    if not files.isdir(job_dir):
         raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
     path = os.path.join(job_dir, HPARAMS_FILENAME)
-    if not tf.io.gfile.exists(path):
+    if not files.exists(path):
         raise Cifar10EstimatorError(
             "%s is missing: it is written when training starts; pass the --job-dir that "
             "python -m cifar10_estimator.main trained in" % path)
     known = {field.name for field in dataclasses.fields(HParams)}
     try:
-        with tf.io.gfile.GFile(path) as stream:
+        with files.open(path) as stream:
             content = json.load(stream)
         if content["format"] != HPARAMS_FORMAT:
             raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
         values = content["hparams"]
         return (HParams(**{name: values[name] for name in known if name in values}),
                 values.get("data_format"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError,
-            tf.errors.OpError) as error:
+    except (ValueError, KeyError, TypeError, AttributeError) + files.errors as error:
         raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))

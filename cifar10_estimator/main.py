@@ -19,6 +19,7 @@ import os
 import random
 import sys
 
+from cifar10_estimator import file_systems
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
@@ -65,7 +66,7 @@ def run_console_of(settings, task, startup_output):
     one per task of a cluster; a job dir that is not a local directory gets none."""
     from cifar10_estimator.training import console
     log_path = None
-    if "://" not in settings.job_dir:
+    if not file_systems.is_url(settings.job_dir):
         os.makedirs(settings.job_dir, exist_ok=True)
         log_path = os.path.join(settings.job_dir, console.log_file_name(task))
     with console.RunConsole(log_path, verbose=settings.verbose) as run_console:

@@ -3,6 +3,11 @@
 # that is a supported version) can be set by the caller.
 
 VENV_DIR=${VENV_DIR:-.venv}
+# TensorFlow 2.15 imports distutils when it loads. In a virtualenv, setuptools' shim answers
+# that import with all of setuptools (about 0.2 s of every process that loads TensorFlow);
+# the standard library's distutils, which Python 3.9-3.11 still have, gives TensorFlow the
+# same site-packages path it asks for.
+export SETUPTOOLS_USE_DISTUTILS=${SETUPTOOLS_USE_DISTUTILS:-stdlib}
 
 supported_python() {
   "$1" -c 'import sys; sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 11) else 1)' 2>/dev/null
@@ -53,7 +58,9 @@ sys.exit(0 if tuple(int(part) for part in pip.__version__.split(".")[:2]) >= (21
     "$VENV_DIR/bin/python" -m pip install --quiet --upgrade pip >&2
   fi
   # pip byte-compiles what it installs on one core; compileall does it on all of them.
-  "$VENV_DIR/bin/python" -m pip install --quiet --no-compile -e "$requirement" >&2
+  # The build backend gets setuptools' own distutils, its default.
+  SETUPTOOLS_USE_DISTUTILS=local "$VENV_DIR/bin/python" -m pip install --quiet --no-compile \
+    -e "$requirement" >&2
   "$VENV_DIR/bin/python" -m compileall -q -j 0 \
     "$("$VENV_DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
   echo "$wanted" >> "$stamp"

@@ -23,6 +23,7 @@ import tempfile
 import numpy as np
 
 from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator import file_systems
 from cifar10_estimator import json_file
 from cifar10_estimator.errors import Cifar10EstimatorError
 
@@ -55,18 +56,13 @@ def tfrecord_path(data_dir, subset):
 def check_tfrecords_exist(data_dir, subsets):
     """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
     holds the TFRecord file of every subset in `subsets`."""
-    isdir, exists = os.path.isdir, os.path.exists
-    if "://" in data_dir:
-        # A URL (gs://...) needs TensorFlow's file systems; a local path is checked with
-        # os.path, so that the trainer's flag checks name a missing one before it loads.
-        import tensorflow as tf
-        isdir, exists = tf.io.gfile.isdir, tf.io.gfile.exists
+    files = file_systems.for_path(data_dir)
     hint = "create the TFRecords with: " + generate_command(data_dir)
-    if not isdir(data_dir):
+    if not files.isdir(data_dir):
         raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))
     for subset in subsets:
         filename = tfrecord_path(data_dir, subset)
-        if not exists(filename):
+        if not files.exists(filename):
             raise Cifar10EstimatorError("%s does not exist; %s" % (filename, hint))
 
 

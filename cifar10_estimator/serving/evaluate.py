@@ -27,7 +27,7 @@ from cifar10_estimator import json_file
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
                                    option_fields, parse, positive_int, quiet_tensorflow_logs,
                                    run_command)
-from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import options as shared
 
@@ -246,9 +246,9 @@ def _global_step(checkpoint):
 
 def evaluate_checkpoint(args):
     """(results of the checkpoint that args designate, lines saying what it is)."""
-    from cifar10_estimator.training import weight_averaging
     hparams = job_hparams.load(args.job_dir)
     checkpoint = resolve_checkpoint(args.job_dir, args.checkpoint)
+    from cifar10_estimator.training import weight_averaging  # loads TensorFlow
     predicted, labels = predict_subset(
         checkpoint, hparams, args.data_dir, args.subset, args.batch_size)
     results = summarize(confusion_matrix(labels, predicted))
@@ -276,6 +276,8 @@ def main(argv):
     if args.model and args.checkpoint:
         raise UsageError("--checkpoint is for --job-dir; a --model holds its own weights")
     quiet_tensorflow_logs("2", "ERROR")
+    # Before anything loads TensorFlow, so that missing data is named in a moment.
+    tfrecord_format.check_tfrecords_exist(args.data_dir, [args.subset])
     results, what_lines = evaluate_model(args) if args.model else evaluate_checkpoint(args)
     results.update(subset=args.subset, data_dir=args.data_dir)
     print(format_report(results, what_lines))
