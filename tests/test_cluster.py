@@ -41,6 +41,8 @@ CLUSTER_RATE = re.compile(
     r"\bCluster examples/sec: ([0-9.e+]+) \(([0-9.e+]+)\), global step = (\d+)$")
 SESSION_CREATED = re.compile(r"\bDone running local_init_op\.$")  # a trainer's session is up
 EVALUATION_STARTED = re.compile(r"\bStarting evaluation at ")
+# Longer than any test: an evaluator that waits it out before the final checkpoint fails.
+DEFAULT_EVAL_EVERY_SECS = flags.build_parser().get_default("eval_every_secs")
 
 
 def trainer_args(data_dir, job_dir, *extra):
@@ -400,39 +402,6 @@ def placements(lines):
     return [match.groups() for match in map(PLACEMENT.search, lines) if match]
 
 
-@many_processes
-@pytest.mark.slow
-def test_evaluator_takes_up_the_final_checkpoint_at_once_whatever_eval_every_secs(
-        tiny_data_dir, tmp_path, start_launcher):
-    job_dir = tmp_path / "job"
-    default_eval_every_secs = flags.build_parser().get_default("eval_every_secs")
-    assert default_eval_every_secs == 600
-    run = start_launcher(tiny_data_dir, job_dir, "--train-steps", "150",
-                         "--save-checkpoints-steps", "50",
-                         "--eval-every-secs", str(default_eval_every_secs),
-                         launcher_flags=["--num-workers", "0"])
-    # The chief, which could write the final checkpoint before the evaluator is up, is
-    # paused (SIGSTOP) until the evaluator starts on a first one.
-    run.wait_for("chief", LOSS_AT_STEP)
-    run.send_signal("chief", signal.SIGSTOP)
-    run.wait_for("evaluator", EVALUATION_STARTED)
-    run.send_signal("chief", signal.SIGCONT)
-    status = run.wait()
-    exited_at = time.time()
-    output = run.output()
-    assert status == 0, output[-8000:]
-    final_checkpoint_written_at = os.path.getmtime(str(job_dir / "model.ckpt-150.index"))
-    assert exited_at - final_checkpoint_written_at < 60
-    # That first evaluation starts the 600 s wait; the checkpoints written during it are
-    # skipped, the final one is not.
-    evaluated = sorted(eval_metrics(job_dir))
-    assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == 150, evaluated
-    with open(str(job_dir / "test_results.json")) as stream:
-        assert json.load(stream)["global_step"] == 150
-    assert any(line.startswith("INFO:tensorflow:Test accuracy: ")
-               for line in task_lines(output, "evaluator"))
-
-
 AVERAGE_SUFFIX = "/ExponentialMovingAverage"
 
 
@@ -469,6 +438,31 @@ def assert_sync_trainers_step_together_on_their_towers(output, job_dir):
         assert towers == {("0", device % 0), ("1", device % 1)}, (name, towers)
 
 
+def pause_the_chief_until_the_evaluator_starts(run):
+    """The chief, which could write the final checkpoint before the evaluator is up, is
+    paused (SIGSTOP) at its first step until the evaluator starts on a first checkpoint."""
+    run.wait_for("chief", LOSS_AT_STEP)
+    run.send_signal("chief", signal.SIGSTOP)
+    run.wait_for("evaluator", EVALUATION_STARTED)
+    run.send_signal("chief", signal.SIGCONT)
+
+
+def assert_evaluator_took_up_the_final_checkpoint_at_once(output, job_dir, final_step,
+                                                           exited_at):
+    """With the default --eval-every-secs (600), the evaluator's first evaluation starts
+    its wait; the checkpoints written during it are skipped, the final one is not: it is
+    evaluated, and tested, as soon as it is written."""
+    final_checkpoint_written_at = os.path.getmtime(
+        str(job_dir / ("model.ckpt-%d.index" % final_step)))
+    assert exited_at - final_checkpoint_written_at < 60
+    evaluated = sorted(eval_metrics(job_dir))
+    assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == final_step, evaluated
+    with open(str(job_dir / "test_results.json")) as stream:
+        assert json.load(stream)["global_step"] == final_step
+    assert any(line.startswith("INFO:tensorflow:Test accuracy: ")
+               for line in task_lines(output, "evaluator"))
+
+
 def assert_async_trainers_each_train_and_evaluator_takes_the_final_step(
         output, job_dir, trainers, all_trained_from, train_steps):
     """A run without --sync of the chief and two workers, `trainers` in the order of their
@@ -503,8 +497,10 @@ def assert_async_trainers_each_train_and_evaluator_takes_the_final_step(
     ("--train-steps", "400"),
     # 20 epochs of 64 examples at 3 trainers x 8 per step end at step 40; the evaluator,
     # which trains nothing, must count the trainers too to know it. Each trainer splits
-    # its batch over two CPU towers.
-    ("--sync", "--train-epochs", "20", "--num-cpu-towers", "2"),
+    # its batch over two CPU towers. The evaluator waits the default time between
+    # evaluations, and so must take up the final checkpoint at once however long that is.
+    ("--sync", "--train-epochs", "20", "--num-cpu-towers", "2",
+     "--save-checkpoints-steps", "10", "--eval-every-secs", str(DEFAULT_EVAL_EVERY_SECS)),
 ], ids=["async", "sync"])
 def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serves_on_one_machine(
         tiny_data_dir, tmp_path, start_launcher, mode_flags):
@@ -513,10 +509,14 @@ def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serv
                          "--moving-average-decay", "0.9", *mode_flags,
                          launcher_flags=["--num-ps", "2", "--num-workers", "2"])
     trainers = ["chief", "worker0", "worker1"]
-    if "--sync" not in mode_flags:
-        # With --sync the first update already waits for a gradient of every trainer.
+    if "--sync" in mode_flags:
+        assert DEFAULT_EVAL_EVERY_SECS == 600
+        # The first update already waits for a gradient of every trainer.
+        pause_the_chief_until_the_evaluator_starts(run)
+    else:
         trainers, all_trained_from = run.start_trainers_together(trainers)
     status = run.wait()
+    exited_at = time.time()
     output = run.output()
     assert status == 0, output[-8000:]
     assert "[launcher] done" in output
@@ -543,6 +543,8 @@ def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serv
         final_step = checkpoint_steps(job_dir)[-1]
         assert final_step == 40
         assert_sync_trainers_step_together_on_their_towers(output, job_dir)
+        assert_evaluator_took_up_the_final_checkpoint_at_once(output, job_dir, final_step,
+                                                              exited_at)
     else:
         final_step = assert_async_trainers_each_train_and_evaluator_takes_the_final_step(
             output, job_dir, trainers, all_trained_from, 400)
