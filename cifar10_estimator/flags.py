@@ -218,7 +218,8 @@ def validate(settings, task=None):
                          "images are padded by; use 0..%d" % (
                              hparams.train_max_shift, cifar10_facts.MAX_SHIFT,
                              cifar10_facts.MAX_SHIFT))
-    _check_low_resolution_side(hparams.low_resolution)
+    _check_low_resolution_side("--low-resolution", hparams.low_resolution)
+    _check_low_resolution_side("--lower-resolution", hparams.lower_resolution)
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
                          "images' patches; --use-synthetic-data has none: drop one of them")
@@ -248,27 +249,30 @@ def validate(settings, task=None):
         _check_data_dir(settings.data_dir)
         for subset in dict.fromkeys([periodic_eval_subset(settings), "eval"]):
             _check_eval_batch_size_divides(settings, subset)
-    if builds_towers and hparams.low_resolution_epochs:
+    if builds_towers and (hparams.low_resolution_epochs or hparams.lower_resolution_epochs):
         # Reads the data's size, so only when asked: without the flag a damaged data
         # directory is named by the data check, as before.
         _check_low_resolution_ends_before_the_run(
             dataclasses.replace(hparams, **_run_size(settings, task)))
 
 
-def _check_low_resolution_side(side):
+def _check_low_resolution_side(flag, side):
     if not job_hparams.MIN_LOW_RESOLUTION <= side < cifar10_facts.HEIGHT:
-        raise UsageError("--low-resolution %d: use %d..%d pixels (the images are %d)" % (
-            side, job_hparams.MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1, cifar10_facts.HEIGHT))
+        raise UsageError("%s %d: use %d..%d pixels (the images are %d)" % (
+            flag, side, job_hparams.MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1,
+            cifar10_facts.HEIGHT))
 
 
 def _check_low_resolution_ends_before_the_run(hparams):
     """hparams: with the run's data size and workers (see _run_size)."""
     end = schedule.last_step(hparams)
     if schedule.low_resolution_steps(hparams) >= end:
-        raise UsageError("--low-resolution-epochs %g covers the whole run (%d steps, %.1f "
-                         "epochs): the last epochs must train at %d pixels, the size it is "
-                         "evaluated at; use fewer" % (
-                             hparams.low_resolution_epochs, end,
+        given = " and ".join("%s %g" % (flag, epochs) for flag, epochs in (
+            ("--lower-resolution-epochs", hparams.lower_resolution_epochs),
+            ("--low-resolution-epochs", hparams.low_resolution_epochs)) if epochs)
+        raise UsageError("%s cover%s the whole run (%d steps, %.1f epochs): the last epochs "
+                         "must train at %d pixels, the size it is evaluated at; use fewer" % (
+                             given, "" if " and " in given else "s", end,
                              end / schedule.steps_per_epoch(hparams), cifar10_facts.HEIGHT))
 
 

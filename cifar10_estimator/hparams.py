@@ -186,6 +186,15 @@ class HParams:
         24, "Side in pixels of the training images of --low-resolution-epochs "
             "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1),
         group="optimisation", type=int, metavar="S")
+    lower_resolution_epochs: float = option(
+        0.0, "Before the --low-resolution epochs, train E epochs on the crops shrunk "
+             "further, to --lower-resolution pixels a side: a third phase, the cheapest "
+             "(e.g. 16, then 24, then 32 pixels). 0: none (the original).",
+        group="optimisation", type=non_negative_float, metavar="E")
+    lower_resolution: int = option(
+        16, "Side in pixels of the training images of --lower-resolution-epochs "
+            "(%d..%d)." % (MIN_LOW_RESOLUTION, cifar10_facts.HEIGHT - 1),
+        group="optimisation", type=int, metavar="S")
     shift_learning_rate_factor: float = option(
         1.0, "Batch norm's shift (beta) variables learn at F times the learning rate (F x "
              "their gradient, weight decay included).",

@@ -168,16 +168,19 @@ def _network(config, data_format):
 
 
 def _training_resolution(images, hparams):
-    """The training images, area-resized to --low-resolution pixels a side while the
-    global step is below schedule.low_resolution_steps, else as they are. Read from the
-    global step, the switch holds across restarts."""
-    steps = schedule.low_resolution_steps(hparams)
-    if not steps:
-        return images
-    side = hparams.low_resolution
-    return tf.cond(tf.compat.v1.train.get_global_step() < steps,
-                   lambda: tf.image.resize(images, [side, side], method="area"),
-                   lambda: images)
+    """The training images, area-resized to the side of the phase of
+    schedule.resolution_phases the global step is in, else (after them) as they are.
+    Read from the global step, the switches hold across restarts."""
+    global_step = tf.compat.v1.train.get_global_step()
+    trained_on = images
+    # From the last phase back: each phase's images where the step is below its end,
+    # else those of the phases after it.
+    for side, end in reversed(schedule.resolution_phases(hparams)):
+        trained_on = tf.cond(
+            global_step < end,
+            lambda side=side: tf.image.resize(images, [side, side], method="area"),
+            lambda later=trained_on: later)
+    return trained_on
 
 
 def _class_probabilities(logits):

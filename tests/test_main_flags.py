@@ -100,6 +100,10 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--low-resolution", "7"], ["--low-resolution 7", "8..31"]),
     (["--low-resolution-epochs", "1", "--train-steps", "8"],
      ["--low-resolution-epochs 1", "covers the whole run (8 steps", "use fewer"]),
+    (["--lower-resolution", "32"], ["--lower-resolution 32", "8..31"]),
+    (["--lower-resolution-epochs", "0.5", "--low-resolution-epochs", "0.5", "--train-steps",
+      "8"], ["--lower-resolution-epochs 0.5 and --low-resolution-epochs 0.5",
+             "cover the whole run (8 steps", "use fewer"]),
     (["--seed", "-1"], ["--seed", "-1"]),
 ])
 def test_flag_errors_are_one_line_with_exit_2(base_args, extra, fragments):
@@ -312,19 +316,24 @@ def test_an_unknown_recipe_is_one_line_naming_the_known_ones(base_args):
 
 
 @pytest.mark.slow
-def test_the_plan_line_and_hparams_json_name_the_recipe_and_the_low_resolution_phase(
+def test_the_plan_line_and_hparams_json_name_the_recipe_and_the_low_resolution_phases(
         base_args, tmp_path):
-    # 64 tiny training images at 8 a step: 8 steps an epoch, so 1.5 epochs are 12 steps.
+    # 64 tiny training images at 8 a step: 8 steps an epoch, so 0.5 epochs are 4 steps
+    # and 1.5 more end at step 16; the network trains at 8, 16 and 32 pixels.
     result = run_trainer(*(base_args + ["--recipe", "paper", "--train-steps", "20",
-                                        "--eval-batch-size", "8", "--low-resolution-epochs",
-                                        "1.5", "--low-resolution", "16"]))
+                                        "--eval-batch-size", "8", "--lower-resolution-epochs",
+                                        "0.5", "--lower-resolution", "8",
+                                        "--low-resolution-epochs", "1.5",
+                                        "--low-resolution", "16"]))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Recipe paper. Training to step 20 " in result.stderr
-    assert "images 16x16 until step 12 (1.5 epochs), then 32x32" in result.stderr
+    assert ("images 8x8 until step 4 (0.5 epochs), 16x16 until step 16 (1.5 epochs), then "
+            "32x32") in result.stderr
     assert "test accuracy" in result.stdout
     saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
     assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
             saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 20)
     assert (saved["low_resolution_epochs"], saved["low_resolution"]) == (1.5, 16)
+    assert (saved["lower_resolution_epochs"], saved["lower_resolution"]) == (0.5, 8)
     # The layout the network computed in, which the devices decided, is recorded too.
     assert saved["data_format"] == "channels_last"

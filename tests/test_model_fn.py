@@ -648,6 +648,29 @@ def test_low_resolution_images_are_area_means_until_the_switch_step_then_the_ori
         np.testing.assert_array_equal(outputs[step], images)
 
 
+def test_lower_resolution_images_come_first_then_the_low_resolution_ones_then_the_originals():
+    images = np.random.RandomState(7).uniform(0, 255, [2, 32, 32, 3]).astype(np.float32)
+    # 703 steps an epoch: 8 pixels until step 352 (0.5 epochs, rounded), 16 until 1054.
+    hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
+                                  lower_resolution_epochs=0.5, lower_resolution=8,
+                                  low_resolution_epochs=1.0, low_resolution=16)
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        trained_on = model_fn._training_resolution(tf.constant(images), hparams)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            outputs = {}
+            for step in (0, 351, 352, 1053, 1054, 5000):
+                session.run(global_step.assign(step))
+                outputs[step] = session.run(trained_on)
+    for step, side in ((0, 8), (351, 8), (352, 16), (1053, 16)):
+        block = 32 // side
+        means = images.reshape(2, side, block, side, block, 3).mean(axis=(2, 4))
+        np.testing.assert_allclose(outputs[step], means, rtol=1e-5)
+    for step in (1054, 5000):
+        np.testing.assert_array_equal(outputs[step], images)
+
+
 def test_without_low_resolution_epochs_the_training_images_are_left_alone():
     images = tf.zeros([2, 32, 32, 3])
     assert model_fn._training_resolution(images, job_hparams.HParams()) is images

@@ -330,6 +330,14 @@ def test_training_phases_follow_the_low_resolution_epochs():
         run_progress.TrainingPhase(1000))
     assert run_progress.training_phases(job_hparams.HParams(train_steps=1000), 32) == (
         run_progress.TrainingPhase(1000),)
+    three = job_hparams.HParams(train_steps=1000, lower_resolution_epochs=0.25,
+                                lower_resolution=16, low_resolution_epochs=0.5,
+                                low_resolution=24, num_train_examples=64000,
+                                train_batch_size=128)
+    assert run_progress.training_phases(three, 32) == (
+        run_progress.TrainingPhase(125, pytest.approx(0.25 + 0.75 * (16 / 32) ** 2)),
+        run_progress.TrainingPhase(375, pytest.approx(0.25 + 0.75 * (24 / 32) ** 2)),
+        run_progress.TrainingPhase(1000))
 
 
 def test_a_phases_slow_first_seconds_rate_it_only_until_it_has_trained_longer():

@@ -182,3 +182,19 @@ def test_low_resolution_steps_are_the_epochs_in_whole_global_steps(epochs, expec
                                   % (expected_steps, epochs))
     else:
         assert "images" not in described
+
+
+def test_lower_resolution_epochs_come_first_and_the_phases_end_where_their_epochs_add_up():
+    # 703 steps an epoch: 16 pixels until 2 epochs (step 1406), 24 until 2 + 3 (3515).
+    hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
+                                  lower_resolution_epochs=2.0, lower_resolution=16,
+                                  low_resolution_epochs=3.0, train_epochs=10)
+    assert schedule.resolution_phases(hparams) == [(16, 1406), (24, 3515)]
+    assert schedule.low_resolution_steps(hparams) == 3515
+    assert schedule.describe(hparams).endswith(
+        "; images 16x16 until step 1406 (2 epochs), 24x24 until step 3515 (3 epochs), "
+        "then 32x32")
+    alone = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
+                                lower_resolution_epochs=2.0, train_epochs=10)
+    assert schedule.resolution_phases(alone) == [(16, 1406)]
+    assert schedule.resolution_phases(job_hparams.HParams()) == []

@@ -58,19 +58,21 @@ class TrainingPhase:
 
 
 def training_phases(hparams, full_size):
-    """The TrainingPhases of a run: the --low-resolution epochs, then full-size images.
+    """The TrainingPhases of a run: those of schedule.resolution_phases (the
+    --lower-resolution and --low-resolution epochs), then full-size images.
 
     A step's cost is FIXED_STEP_SHARE of a full-size step's, plus the rest in proportion
     to the images' pixels.
     """
     last_step = schedule.last_step(hparams)
-    low_resolution_end = min(schedule.low_resolution_steps(hparams), last_step)
     phases = []
-    if low_resolution_end > 0:
-        pixels = (hparams.low_resolution / full_size) ** 2
-        phases.append(TrainingPhase(low_resolution_end,
-                                    FIXED_STEP_SHARE + (1 - FIXED_STEP_SHARE) * pixels))
-    phases.append(TrainingPhase(last_step))
+    for side, end in schedule.resolution_phases(hparams):
+        end = min(end, last_step)
+        if end > (phases[-1].end_step if phases else 0):
+            pixels = (side / full_size) ** 2
+            phases.append(TrainingPhase(end, FIXED_STEP_SHARE + (1 - FIXED_STEP_SHARE) * pixels))
+    if not phases or phases[-1].end_step < last_step:
+        phases.append(TrainingPhase(last_step))
     return tuple(phases)
 
 

@@ -62,9 +62,23 @@ def warmup_steps(hparams):
     return int(round(hparams.warmup_epochs * steps_per_epoch(hparams)))
 
 
+def resolution_phases(hparams):
+    """[(side, end step)] of the phases trained on shrunk images, in their order: the
+    --lower-resolution epochs, then the --low-resolution ones; each phase trains until the
+    global step reaches its end step. Empty: every step at full size."""
+    phases, epochs = [], 0.0
+    for side, phase_epochs in ((hparams.lower_resolution, hparams.lower_resolution_epochs),
+                               (hparams.low_resolution, hparams.low_resolution_epochs)):
+        if phase_epochs:
+            epochs += phase_epochs
+            phases.append((side, int(round(epochs * steps_per_epoch(hparams)))))
+    return phases
+
+
 def low_resolution_steps(hparams):
-    """Global steps trained on images shrunk to hparams.low_resolution (0: none)."""
-    return int(round(hparams.low_resolution_epochs * steps_per_epoch(hparams)))
+    """Global steps trained on shrunk images, every phase of resolution_phases (0: none)."""
+    phases = resolution_phases(hparams)
+    return phases[-1][1] if phases else 0
 
 
 def drops(hparams):
@@ -176,11 +190,14 @@ def _warmup_text(hparams):
 
 
 def _low_resolution_text(hparams):
-    steps = low_resolution_steps(hparams)
-    if not steps:
+    phases = resolution_phases(hparams)
+    if not phases:
         return ""
-    return "; images %dx%d until step %d (%g epochs), then 32x32" % (
-        hparams.low_resolution, hparams.low_resolution, steps, hparams.low_resolution_epochs)
+    epochs = [epochs for epochs in (hparams.lower_resolution_epochs,
+                                    hparams.low_resolution_epochs) if epochs]
+    return "; images %s, then 32x32" % ", ".join(
+        "%dx%d until step %d (%g epochs)" % (side, side, end, phase_epochs)
+        for (side, end), phase_epochs in zip(phases, epochs))
 
 
 def _shape_text(hparams):
