@@ -35,7 +35,7 @@ import numpy as np
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
                                    option_fields, parse, positive_int, quiet_tensorflow_logs,
                                    run_command, stderr_dropped_on_success)
-from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import options as shared
 from cifar10_estimator.serving import runtimes
@@ -224,7 +224,6 @@ def validation_images(data_dir, count):
         tfrecord_format.check_tfrecords), or they hold no image.
     """
     from cifar10_estimator import cifar10
-    from cifar10_estimator.data import tfrecord_format
     dataset = cifar10.Cifar10DataSet(data_dir, CALIBRATION_SUBSET, use_distortion=False)
     tfrecord_format.check_tfrecords(data_dir, CALIBRATION_SUBSET)
     images, _ = dataset.read_all_examples()
@@ -350,6 +349,9 @@ def format_conversion(conversion):
 def main(argv):
     args = parse(build_parser(), ConvertOptions, argv)
     check_args(TARGETS[args.to], args.output, args.data_dir)  # before TensorFlow loads
+    if args.data_dir is not None:
+        # Also before: missing data is named in a moment.
+        tfrecord_format.check_tfrecords_exist(args.data_dir, [CALIBRATION_SUBSET])
     quiet_tensorflow_logs("2", "ERROR")
     conversion = convert(args.export_dir, args.to, args.output, args.data_dir,
                          args.calibration_images)

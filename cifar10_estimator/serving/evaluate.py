@@ -114,7 +114,6 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size, evaluation
     """
     import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
     from cifar10_estimator import cifar10, model_fn
-    from cifar10_estimator.data import tfrecord_format
 
     dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
     # A file cut short would otherwise be read round again to fill the count.
@@ -161,7 +160,6 @@ def predict_subset_with_model(model, data_dir, subset, batch_size):
       Cifar10EstimatorError: missing or damaged data (see tfrecord_format.check_tfrecords).
     """
     from cifar10_estimator import cifar10
-    from cifar10_estimator.data import tfrecord_format
     from cifar10_estimator.serving import runtimes
     dataset = cifar10.Cifar10DataSet(data_dir, subset, use_distortion=False)
     tfrecord_format.check_tfrecords(data_dir, subset)
