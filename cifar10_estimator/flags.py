@@ -218,8 +218,8 @@ def validate(settings, task=None):
                          "images are padded by; use 0..%d" % (
                              hparams.train_max_shift, cifar10_facts.MAX_SHIFT,
                              cifar10_facts.MAX_SHIFT))
-    _check_low_resolution_side("--low-resolution", hparams.low_resolution)
-    _check_low_resolution_side("--lower-resolution", hparams.lower_resolution)
+    for side, _ in schedule.REDUCED_RESOLUTION_PHASES:
+        _check_low_resolution_side(cli.flag_of(side), getattr(hparams, side))
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
                          "images' patches; --use-synthetic-data has none: drop one of them")
@@ -249,7 +249,7 @@ def validate(settings, task=None):
         _check_data_dir(settings.data_dir)
         for subset in dict.fromkeys([periodic_eval_subset(settings), "eval"]):
             _check_eval_batch_size_divides(settings, subset)
-    if builds_towers and (hparams.low_resolution_epochs or hparams.lower_resolution_epochs):
+    if builds_towers and schedule.reduced_resolution_settings(hparams):
         # Reads the data's size, so only when asked: without the flag a damaged data
         # directory is named by the data check, as before.
         _check_low_resolution_ends_before_the_run(
@@ -267,9 +267,9 @@ def _check_low_resolution_ends_before_the_run(hparams):
     """hparams: with the run's data size and workers (see _run_size)."""
     end = schedule.last_step(hparams)
     if schedule.low_resolution_steps(hparams) >= end:
-        given = " and ".join("%s %g" % (flag, epochs) for flag, epochs in (
-            ("--lower-resolution-epochs", hparams.lower_resolution_epochs),
-            ("--low-resolution-epochs", hparams.low_resolution_epochs)) if epochs)
+        given = " and ".join("%s %g" % (cli.flag_of(epochs), getattr(hparams, epochs))
+                             for _, epochs in schedule.REDUCED_RESOLUTION_PHASES
+                             if getattr(hparams, epochs))
         raise UsageError("%s cover%s the whole run (%d steps, %.1f epochs): the last epochs "
                          "must train at %d pixels, the size it is evaluated at; use fewer" % (
                              given, "" if " and " in given else "s", end,

@@ -627,23 +627,34 @@ def test_shift_learning_rate_factor_multiplies_the_batch_norm_shift_gradients_al
     assert model_fn.scale_shift_gradients(gradvars, 1.0) is gradvars
 
 
-def test_low_resolution_images_are_area_means_until_the_switch_step_then_the_originals():
-    images = np.random.RandomState(7).uniform(0, 255, [2, 32, 32, 3]).astype(np.float32)
-    # 45000 examples at 64 a step: 703 steps an epoch, so 0.5 epochs end at step 352.
-    hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
-                                  low_resolution_epochs=0.5, low_resolution=16)
+def training_images_at_steps(images, hparams, steps):
+    """{global step: what model_fn._training_resolution makes of `images` at that step}."""
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         trained_on = model_fn._training_resolution(tf.constant(images), hparams)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             outputs = {}
-            for step in (0, 351, 352, 5000):
+            for step in steps:
                 session.run(global_step.assign(step))
                 outputs[step] = session.run(trained_on)
-    two_by_two_means = images.reshape(2, 16, 2, 16, 2, 3).mean(axis=(2, 4))
+    return outputs
+
+
+def area_means(images, side):
+    """32x32 images [N, 32, 32, 3] as side x side means of their pixel blocks."""
+    block = 32 // side
+    return images.reshape(len(images), side, block, side, block, 3).mean(axis=(2, 4))
+
+
+def test_low_resolution_images_are_area_means_until_the_switch_step_then_the_originals():
+    images = np.random.RandomState(7).uniform(0, 255, [2, 32, 32, 3]).astype(np.float32)
+    # 45000 examples at 64 a step: 703 steps an epoch, so 0.5 epochs end at step 352.
+    hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
+                                  low_resolution_epochs=0.5, low_resolution=16)
+    outputs = training_images_at_steps(images, hparams, (0, 351, 352, 5000))
     for step in (0, 351):
-        np.testing.assert_allclose(outputs[step], two_by_two_means, rtol=1e-5)
+        np.testing.assert_allclose(outputs[step], area_means(images, 16), rtol=1e-5)
     for step in (352, 5000):
         np.testing.assert_array_equal(outputs[step], images)
 
@@ -654,19 +665,9 @@ def test_lower_resolution_images_come_first_then_the_low_resolution_ones_then_th
     hparams = job_hparams.HParams(num_train_examples=45000, train_batch_size=64,
                                   lower_resolution_epochs=0.5, lower_resolution=8,
                                   low_resolution_epochs=1.0, low_resolution=16)
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        trained_on = model_fn._training_resolution(tf.constant(images), hparams)
-        with tf.compat.v1.Session() as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            outputs = {}
-            for step in (0, 351, 352, 1053, 1054, 5000):
-                session.run(global_step.assign(step))
-                outputs[step] = session.run(trained_on)
+    outputs = training_images_at_steps(images, hparams, (0, 351, 352, 1053, 1054, 5000))
     for step, side in ((0, 8), (351, 8), (352, 16), (1053, 16)):
-        block = 32 // side
-        means = images.reshape(2, side, block, side, block, 3).mean(axis=(2, 4))
-        np.testing.assert_allclose(outputs[step], means, rtol=1e-5)
+        np.testing.assert_allclose(outputs[step], area_means(images, side), rtol=1e-5)
     for step in (1054, 5000):
         np.testing.assert_array_equal(outputs[step], images)
 

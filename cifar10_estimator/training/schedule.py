@@ -62,16 +62,27 @@ def warmup_steps(hparams):
     return int(round(hparams.warmup_epochs * steps_per_epoch(hparams)))
 
 
+# The phases trained on shrunk images, in their order: the HParams fields of each one's
+# side and epochs.
+REDUCED_RESOLUTION_PHASES = (("lower_resolution", "lower_resolution_epochs"),
+                             ("low_resolution", "low_resolution_epochs"))
+
+
+def reduced_resolution_settings(hparams):
+    """[(side, epochs)] of the phases of REDUCED_RESOLUTION_PHASES that have epochs."""
+    settings = [(getattr(hparams, side), getattr(hparams, epochs))
+                for side, epochs in REDUCED_RESOLUTION_PHASES]
+    return [(side, epochs) for side, epochs in settings if epochs]
+
+
 def resolution_phases(hparams):
     """[(side, end step)] of the phases trained on shrunk images, in their order: the
     --lower-resolution epochs, then the --low-resolution ones; each phase trains until the
     global step reaches its end step. Empty: every step at full size."""
     phases, epochs = [], 0.0
-    for side, phase_epochs in ((hparams.lower_resolution, hparams.lower_resolution_epochs),
-                               (hparams.low_resolution, hparams.low_resolution_epochs)):
-        if phase_epochs:
-            epochs += phase_epochs
-            phases.append((side, int(round(epochs * steps_per_epoch(hparams)))))
+    for side, phase_epochs in reduced_resolution_settings(hparams):
+        epochs += phase_epochs
+        phases.append((side, int(round(epochs * steps_per_epoch(hparams)))))
     return phases
 
 
@@ -193,11 +204,9 @@ def _low_resolution_text(hparams):
     phases = resolution_phases(hparams)
     if not phases:
         return ""
-    epochs = [epochs for epochs in (hparams.lower_resolution_epochs,
-                                    hparams.low_resolution_epochs) if epochs]
     return "; images %s, then 32x32" % ", ".join(
-        "%dx%d until step %d (%g epochs)" % (side, side, end, phase_epochs)
-        for (side, end), phase_epochs in zip(phases, epochs))
+        "%dx%d until step %d (%g epochs)" % (side, side, end, epochs)
+        for (side, end), (_, epochs) in zip(phases, reduced_resolution_settings(hparams)))
 
 
 def _shape_text(hparams):
