@@ -12,7 +12,8 @@
 #   TRAINER FLAGS   passed to python -m cifar10_estimator.main instead of the defaults:
 #                   with GPUs, the tutorial's ResNet-44 schedule on every GPU found; with
 #                   none, --recipe quick (ResNet-14, 20 epochs, about ten minutes on 2 cores).
-# Environment: PYTHON (interpreter to build the virtualenv with), VENV_DIR (default .venv).
+# Environment: PYTHON (interpreter to build the virtualenv with), VENV_DIR (default .venv),
+# UV=0 (install with pip alone instead of uv).
 set -euo pipefail
 caller_dir=$PWD
 cd "$(dirname "$0")/.."

@@ -34,6 +34,58 @@ def test_unsupported_python_stops_at_once_and_says_which_versions_work(tmp_path)
     assert not (tmp_path / "venv").exists()
 
 
+# A virtualenv's python that logs each call and plays its part: pip installs uv (a uv that
+# logs and exits with UV_STATUS), -c programs succeed and print where packages go.
+FAKE_VENV_PYTHON = """#!/bin/sh
+echo "python $*" >> "$CALLS"
+case "$*" in
+  "-m pip install --quiet uv")
+    printf '#!/bin/sh\necho "uv $*" >> "$CALLS"\nexit $UV_STATUS\n' > "$(dirname "$0")/uv"
+    chmod +x "$(dirname "$0")/uv" ;;
+  -c*) echo "$(dirname "$0")" ;;
+esac
+exit 0
+"""
+
+
+def install_with_fake_tools(tmp_path, env):
+    """The installer's calls and stderr, ensuring a virtualenv whose python is a fake."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(FAKE_VENV_PYTHON)
+    (bin_dir / "python").chmod(0o755)
+    calls = tmp_path / "calls"
+    result = subprocess.run(
+        ["bash", "-c", 'set -euo pipefail; source scripts/venv.sh; ensure_venv ".[test]"'],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True, timeout=60,
+        env=cli_env(dict(env, VENV_DIR=str(tmp_path / "venv"), CALLS=str(calls))))
+    assert result.returncode == 0, result.stderr
+    installs = [line for line in calls.read_text().splitlines()
+                if " install " in line or line.startswith("uv ")]
+    return installs, result.stderr
+
+
+def test_the_scripts_install_with_uv_and_fall_back_to_pip(tmp_path):
+    venv_python = str(tmp_path / "venv" / "bin" / "python")
+    pip_install = "python -m pip install --quiet --no-compile -e .[test]"
+    uv_install = "uv pip install --quiet --python %s -e .[test]" % venv_python
+    get_uv = "python -m pip install --quiet uv"
+
+    installs, stderr = install_with_fake_tools(tmp_path / "uv", {"UV": "1", "UV_STATUS": "0"})
+    assert installs == [get_uv, uv_install.replace(str(tmp_path), str(tmp_path / "uv"))]
+    assert "pip instead" not in stderr
+
+    installs, stderr = install_with_fake_tools(tmp_path / "uv_fails",
+                                               {"UV": "1", "UV_STATUS": "1"})
+    assert installs == [get_uv, uv_install.replace(str(tmp_path), str(tmp_path / "uv_fails")),
+                        pip_install]
+    assert "uv could not install .[test]; installing with pip instead" in stderr
+
+    installs, _ = install_with_fake_tools(tmp_path / "pip_only", {"UV": "0"})
+    assert installs == [pip_install]
+
+
 @pytest.mark.slow
 def test_synthetic_run_prepares_data_and_trains_without_a_download(tmp_path):
     # The current interpreter's environment already has the package's dependencies.
