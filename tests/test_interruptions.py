@@ -394,7 +394,7 @@ def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
         tasks.wait_for(chief, "chief", re.compile(r"Saving checkpoints for [1-9]"))
         ps.send_signal(signal.SIGTERM)
         assert ps.wait(60) == -signal.SIGTERM
-        tasks.start(Task("ps", 0), args, "ps-restarted")
+        ps = tasks.start(Task("ps", 0), args, "ps-restarted")
         tasks.wait_for(chief, "chief", re.compile(r"a new session will be created"))
         # The chief saves the global step it reached, through the ps.
         step_seen = tasks.wait_for_step(chief, "chief")
@@ -407,10 +407,37 @@ def test_sigterm_in_a_cluster_each_task_as_documented(tiny_data_dir, tmp_path):
         saved_step = int(match.group(2))
         assert saved_step >= step_seen
 
-        # Restarted, the chief resumes from its checkpoint.
-        args = job_args(tiny_data_dir, job_dir, "--train-steps", str(saved_step + 10))
-        chief = tasks.start(Task("chief"), args, "chief-restarted")
-        assert chief.wait(180) == 0, tasks.log("chief-restarted")[-3000:]
+        # Restarted, the chief resumes from its checkpoint. A worker trains beside it (the
+        # chief is paused from its first step until the worker's, as it would only train
+        # on alone), then the ps is lost for good: killed, not restarted.
+        args = job_args(tiny_data_dir, job_dir, "--train-steps", "100000",
+                        "--ps-timeout-secs", str(LOST_PS_TIMEOUT_SECS))
+        trainers = {"chief-restarted": tasks.start(Task("chief"), args, "chief-restarted"),
+                    "worker0-again": tasks.start(Task("worker", 0), args, "worker0-again")}
+        tasks.wait_for_step(trainers["chief-restarted"], "chief-restarted")
+        trainers["chief-restarted"].send_signal(signal.SIGSTOP)
+        tasks.wait_for_step(trainers["worker0-again"], "worker0-again")
+        trainers["chief-restarted"].send_signal(signal.SIGCONT)
         assert "Restoring parameters from %s" % match.group(3) in tasks.log("chief-restarted")
+        assert_a_lost_ps_ends_each_trainer_in_one_line(tasks, ps, trainers)
     finally:
         tasks.kill_all()
+
+
+LOST_PS_TIMEOUT_SECS = 5
+
+
+def assert_a_lost_ps_ends_each_trainer_in_one_line(tasks, ps, trainers):
+    """Kill the (only) ps: each trainer, {log name: process}, ends with status 1 and one
+    line naming it within --ps-timeout-secs (LOST_PS_TIMEOUT_SECS) and 20 s."""
+    ps.kill()
+    lost_at = time.monotonic()
+    for name, process in trainers.items():
+        assert process.wait(60) == 1, tasks.log(name)[-3000:]
+        assert time.monotonic() - lost_at < LOST_PS_TIMEOUT_SECS + 20
+        log = tasks.log(name)
+        assert "Traceback" not in log
+        assert log.rstrip().splitlines()[-1] == (
+            "python -m cifar10_estimator.main: error: lost the parameter server ps:0 (%s): no "
+            "connection for %d s (--ps-timeout-secs); restart the cluster to resume from the "
+            "last checkpoint" % (tasks.cluster_spec["ps"][0], LOST_PS_TIMEOUT_SECS))

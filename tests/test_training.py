@@ -235,12 +235,18 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
             recorded["learning_rate_schedule"]) == (3, 0.05, "linear")
 
 
-def test_two_cpu_towers_run_on_two_devices(tiny_data_dir, tmp_path):
+def test_two_cpu_towers_run_on_two_devices_and_sync_on_one_machine_ends_at_train_steps(
+        tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
+    # --sync on one machine: the sync optimizer with one replica, whose update thread
+    # must end with the run (no coordinator warning) at exactly --train-steps.
     result = run_module(MODULE, trainer_args(
         tiny_data_dir, job_dir, "--train-steps", "15", "--num-cpu-towers", "2",
-        "--log-device-placement"))
+        "--log-device-placement", "--sync"))
     assert_trained_and_evaluated(result, job_dir, 15)
+    for log in (result.stderr, train_log(job_dir)):
+        assert "Coordinator stopped with threads still running" not in log
+        assert "Traceback" not in log
     placements = re.findall(
         r"\] (resnet\S*/tower_(\d)/\S+): \((\w+)\): \S+device:CPU:(\d)$", result.stderr, re.M)
     compute = [(tower, device) for _, tower, op_type, device in placements
