@@ -16,7 +16,7 @@ import time
 
 import tensorflow as tf
 
-from cifar10_estimator.serving import export
+from cifar10_estimator.serving import export_dirs
 
 CHECKPOINT_POLL_SECS = 2
 
@@ -30,8 +30,8 @@ def evaluate_and_export(estimator, eval_spec, checkpoint, is_the_final_export):
     metrics = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, name=eval_spec.name,
                                  checkpoint_path=checkpoint, hooks=eval_spec.hooks)
     for exporter in eval_spec.exporters:
-        exporter.export(estimator, os.path.join(estimator.model_dir, export.EXPORT_SUBDIR,
-                                                exporter.name),
+        exporter.export(estimator, os.path.join(estimator.model_dir,
+                                                export_dirs.EXPORT_SUBDIR, exporter.name),
                         checkpoint, metrics, is_the_final_export)
     return metrics
 

@@ -17,11 +17,12 @@ def is_url(path):
 
 
 def for_path(path):
-    """isdir, exists, open (as a text reader) and errors (what they raise) for `path`."""
+    """isdir, exists, listdir, open (as a text reader) and errors (what they raise) for
+    `path`."""
     if is_url(path):
         import tensorflow as tf
         return types.SimpleNamespace(isdir=tf.io.gfile.isdir, exists=tf.io.gfile.exists,
-                                     open=tf.io.gfile.GFile,
+                                     listdir=tf.io.gfile.listdir, open=tf.io.gfile.GFile,
                                      errors=(OSError, tf.errors.OpError))
-    return types.SimpleNamespace(isdir=os.path.isdir, exists=os.path.exists, open=open,
-                                 errors=(OSError,))
+    return types.SimpleNamespace(isdir=os.path.isdir, exists=os.path.exists,
+                                 listdir=os.listdir, open=open, errors=(OSError,))

@@ -50,11 +50,11 @@ def write_test_results(job_dir, results):
 
 def _newest_export(job_dir, exporter_name):
     from cifar10_estimator.errors import Cifar10EstimatorError
-    from cifar10_estimator.serving import export
+    from cifar10_estimator.serving import export_dirs
 
-    directory = os.path.join(job_dir, export.EXPORT_SUBDIR, exporter_name)
+    directory = os.path.join(job_dir, export_dirs.EXPORT_SUBDIR, exporter_name)
     try:
-        return export.resolve_export_dir(directory)
+        return export_dirs.resolve_export_dir(directory)
     except Cifar10EstimatorError:
         return None
 
@@ -68,7 +68,7 @@ def summary(job_dir, data_dir, validation_metrics, results):
         run evaluated on the test set during training.
       results: the test evaluation, as `test_results` returns it.
     """
-    from cifar10_estimator.serving import export
+    from cifar10_estimator.serving import export_dirs
 
     lines = ["Training finished at step %d in %s." % (results["global_step"], job_dir)]
     if validation_metrics is not None:
@@ -76,8 +76,8 @@ def summary(job_dir, data_dir, validation_metrics, results):
     lines.append("  test accuracy        %.4f on %d examples (%s)" % (
         results["accuracy"], results["num_examples"],
         os.path.join(job_dir, TEST_RESULTS_FILENAME)))
-    best = _newest_export(job_dir, export.BEST_EXPORTER_NAME)
-    latest = _newest_export(job_dir, export.LATEST_EXPORTER_NAME)
+    best = _newest_export(job_dir, export_dirs.BEST_EXPORTER_NAME)
+    latest = _newest_export(job_dir, export_dirs.LATEST_EXPORTER_NAME)
     if best:
         lines.append("  best export          %s (highest validation accuracy)" % best)
     if latest:

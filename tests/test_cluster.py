@@ -26,7 +26,7 @@ from cifar10_estimator import cifar10
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.distributed import local_cluster
 from cifar10_estimator.errors import UsageError
-from cifar10_estimator.serving import export
+from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.distributed.local_cluster import Task
 from cli_helpers import (REPO_ROOT, assert_one_line_error, cli_env, many_processes, run_module,
                          start_module)
@@ -555,7 +555,7 @@ def test_two_ps_cluster_trains_on_each_trainer_evaluates_and_its_checkpoint_serv
 
     # The newest export holds the averages of the checkpoint it was made of as its weights
     # (in an async run the last evaluated checkpoint may not be the last one written).
-    export_dir = export.resolve_export_dir(str(job_dir / "export" / "latest"))
+    export_dir = export_dirs.resolve_export_dir(str(job_dir / "export" / "latest"))
     exported = tf.train.load_checkpoint(os.path.join(export_dir, "variables", "variables"))
     checkpoints = tf.train.get_checkpoint_state(str(job_dir)).all_model_checkpoint_paths
     exported_checkpoints = [

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10, model_fn
-from cifar10_estimator.serving import export
+from cifar10_estimator.serving import export, export_dirs
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import cli_env
 from test_training import eval_metrics
@@ -188,8 +188,8 @@ def test_a_temporary_export_is_never_picked_though_newer(tmp_path):
         (latest / name).mkdir(parents=True)
         (latest / name / "saved_model.pb").write_bytes(b"")
     (tmp_path / "export" / "best" / "temp-1800000001").mkdir(parents=True)
-    assert export.resolve_export_dir(str(tmp_path)) == str(latest / "1700000000")
-    assert export.resolve_export_dir(str(latest)) == str(latest / "1700000000")
+    assert export_dirs.resolve_export_dir(str(tmp_path)) == str(latest / "1700000000")
+    assert export_dirs.resolve_export_dir(str(latest)) == str(latest / "1700000000")
 
 
 @slow
@@ -314,10 +314,10 @@ def test_an_eval_flips_export_averages_each_image_and_its_mirror(trained_job, tm
 def test_export_dir_may_be_an_export_its_parent_or_the_job_dir(trained_job, tmp_path):
     newest_best = trained_job.exports("best")[-1]
     newest_latest = trained_job.exports("latest")[-1]
-    assert export.resolve_export_dir(newest_latest) == newest_latest
-    assert export.resolve_export_dir(os.path.dirname(newest_latest)) == newest_latest
-    assert export.resolve_export_dir(trained_job.job_dir) == newest_best
+    assert export_dirs.resolve_export_dir(newest_latest) == newest_latest
+    assert export_dirs.resolve_export_dir(os.path.dirname(newest_latest)) == newest_latest
+    assert export_dirs.resolve_export_dir(trained_job.job_dir) == newest_best
     with pytest.raises(Cifar10EstimatorError, match="no SavedModel in"):
-        export.resolve_export_dir(str(tmp_path))
+        export_dirs.resolve_export_dir(str(tmp_path))
     with pytest.raises(Cifar10EstimatorError, match="does not exist"):
-        export.resolve_export_dir(str(tmp_path / "missing"))
+        export_dirs.resolve_export_dir(str(tmp_path / "missing"))

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.serving import export
+from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.training import job_dir_lock
 from cli_helpers import assert_one_line_error, run_module, start_module
 from test_training import checkpoint_steps, trainer_args
@@ -158,7 +158,7 @@ def test_an_export_killed_half_way_is_never_picked_and_the_rerun_clears_it(
     unfinished = kill_during_an_export(start_trainer(args), job_dir)
 
     assert os.path.isdir(unfinished)
-    picked = export.resolve_export_dir(str(job_dir))
+    picked = export_dirs.resolve_export_dir(str(job_dir))
     assert picked in complete_exports(job_dir)
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(tf.zeros([32, 32, 3], tf.uint8)).numpy())

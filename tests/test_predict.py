@@ -91,7 +91,7 @@ def saved_model_predictions(trained_job, image_files, unreadable_files):
 def test_top_k_prints_k_lines_per_png_and_jpeg_file_of_any_size_most_probable_first(
         saved_model_predictions, image_files, expected_rankings):
     # Given a job dir, predict uses the newest export under export/best (expected_rankings).
-    # Predict finds the export with export.resolve_export_dir, whose other forms (an
+    # Predict finds the export with export_dirs.resolve_export_dir, whose other forms (an
     # export, a directory of timestamped exports) test_export checks; one line per image
     # without --top-k, the int8 test below.
     assert_top_k_rows(parse_lines(saved_model_predictions.stdout), image_files,

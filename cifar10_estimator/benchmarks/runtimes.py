@@ -3,7 +3,7 @@
     python -m cifar10_estimator.benchmarks.runtimes --job-dir JOB --data-dir DATA \
         [--work-dir DIR] [--rounds 3] [--json PATH]
 
-converts the job's export (the newest under export/best, see export.resolve_export_dir)
+converts the job's export (the newest under export/best, see export_dirs.resolve_export_dir)
 with serving.convert to float TensorFlow Lite, int8 TensorFlow Lite (calibrated on the
 first images of the validation subset) and ONNX, then measures the SavedModel and each
 file, each run by its own runtime (serving.runtimes):

@@ -37,6 +37,7 @@ from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, opti
                                    run_command, stderr_dropped_on_success)
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.serving import options as shared
 from cifar10_estimator.serving import runtimes
 
@@ -296,7 +297,7 @@ def convert(export_dir, to, output, data_dir=None,
     """Convert the export that export_dir designates and write it, checked, to `output`.
 
     Args:
-      export_dir: as export.resolve_export_dir takes it.
+      export_dir: as export_dirs.resolve_export_dir takes it.
       to: a name of TARGETS.
       output: the file to write, ending in TARGETS[to].suffix.
       data_dir: TFRecords whose validation images calibrate (int8, then required) and
@@ -349,8 +350,9 @@ def format_conversion(conversion):
 def main(argv):
     args = parse(build_parser(), ConvertOptions, argv)
     check_args(TARGETS[args.to], args.output, args.data_dir)  # before TensorFlow loads
+    # Also before: a missing export or missing data is named in a moment.
+    export_dirs.resolve_export_dir(args.export_dir)
     if args.data_dir is not None:
-        # Also before: missing data is named in a moment.
         tfrecord_format.check_tfrecords_exist(args.data_dir, [CALIBRATION_SUBSET])
     quiet_tensorflow_logs("2", "ERROR")
     conversion = convert(args.export_dir, args.to, args.output, args.data_dir,

@@ -8,7 +8,7 @@ Training exports SavedModels through the EvalSpec's exporters, after evaluations
 
 An export is written into a temp-<timestamp>/ directory beside them and renamed when
 complete; the exporters here delete what a killed or failed export left there, and
-resolve_export_dir only ever picks a complete, timestamped export.
+export_dirs.resolve_export_dir only ever picks a complete, timestamped export.
 
 Each export has two signatures over one copy of the network:
   serving_default              images: uint8 [N, 32, 32, 3], raw RGB pixels in NHWC;
@@ -24,11 +24,8 @@ import time
 import tensorflow as tf
 
 from cifar10_estimator import cifar10
-from cifar10_estimator.errors import Cifar10EstimatorError
-
-EXPORT_SUBDIR = "export"
-LATEST_EXPORTER_NAME = "latest"
-BEST_EXPORTER_NAME = "best"
+from cifar10_estimator.serving.export_dirs import (
+    BEST_EXPORTER_NAME, LATEST_EXPORTER_NAME, SAVED_MODEL_FILENAME, timestamped_exports)
 LATEST_EXPORTS_TO_KEEP = 3
 BEST_EXPORTS_TO_KEEP = 1
 
@@ -94,7 +91,7 @@ class NewestExport:
     def of(self, checkpoint_path):
         """The export of checkpoint_path if it is this one and still complete, else None."""
         if (checkpoint_path == self.checkpoint_path and self.export_dir and
-                tf.io.gfile.exists(os.path.join(self.export_dir, "saved_model.pb"))):
+                tf.io.gfile.exists(os.path.join(self.export_dir, SAVED_MODEL_FILENAME))):
             return self.export_dir
         return None
 
@@ -125,7 +122,7 @@ class BestAccuracyExporter(tf.estimator.Exporter):
 
     def export(self, estimator, export_path, checkpoint_path, eval_result,
                is_the_final_export):
-        if _timestamped_exports(export_path):
+        if timestamped_exports(export_path):
             best = best_accuracy_before(estimator.eval_dir(self._eval_name),
                                         eval_result["global_step"])
             if best is not None and eval_result["accuracy"] <= best:
@@ -152,7 +149,7 @@ def copy_export(source_dir, export_path, exports_to_keep):
         for file_name in file_names:
             tf.io.gfile.copy(os.path.join(directory, file_name), os.path.join(target, file_name))
     tf.io.gfile.rename(temp_dir, final_dir)
-    for old_export in _timestamped_exports(export_path)[:-exports_to_keep]:
+    for old_export in timestamped_exports(export_path)[:-exports_to_keep]:
         tf.io.gfile.rmtree(old_export)
     return final_dir.encode()
 
@@ -232,40 +229,3 @@ def latest_and_best_exporters(eval_name):
     """export/latest's exporter, then export/best's, which copies what the first wrote."""
     newest_export = NewestExport()
     return [latest_exporter(newest_export), best_exporter(eval_name, newest_export)]
-
-
-def _timestamped_exports(directory):
-    """Sub-directories of `directory` named by an export timestamp, oldest first."""
-    if not tf.io.gfile.isdir(directory):
-        return []
-    names = [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
-    return [os.path.join(directory, name) for name in sorted(
-        (name for name in names if name.isdigit()), key=int)
-        if tf.io.gfile.exists(os.path.join(directory, name, "saved_model.pb"))]
-
-
-def resolve_export_dir(path):
-    """The SavedModel directory that `path` designates.
-
-    Args:
-      path: a SavedModel directory (job-dir/export/best/<timestamp>); a directory of
-        timestamped exports (job-dir/export/latest), giving the newest; or a job dir,
-        giving the newest export under export/best, else under export/latest.
-
-    Raises:
-      Cifar10EstimatorError: path holds none of these.
-    """
-    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        return path
-    candidates = [path] + [os.path.join(path, EXPORT_SUBDIR, name)
-                           for name in (BEST_EXPORTER_NAME, LATEST_EXPORTER_NAME)]
-    for directory in candidates:
-        exports = _timestamped_exports(directory)
-        if exports:
-            return exports[-1]
-    if not tf.io.gfile.isdir(path):
-        raise Cifar10EstimatorError("export directory %s does not exist" % path)
-    raise Cifar10EstimatorError(
-        "no SavedModel in %s: pass an export (job-dir/export/best/<timestamp>), a directory "
-        "of timestamped exports, or a job dir with export/best or export/latest (written "
-        "when training evaluates)" % path)

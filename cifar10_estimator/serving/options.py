@@ -20,7 +20,7 @@ def data_dir(**keywords):
 
 
 def export_dir(**keywords):
-    """--export-dir: an export, as export.resolve_export_dir takes it."""
+    """--export-dir: an export, as export_dirs.resolve_export_dir takes it."""
     return option(
         None, "An export (JOB/export/best/<timestamp>), a directory of timestamped exports "
               "(its newest), or a job dir (the newest export under export/best, else "

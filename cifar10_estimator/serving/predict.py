@@ -24,6 +24,7 @@ from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invo
                                    run_command)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.serving import options as shared
 
 # The options naming the classifier; one of them is required.
@@ -136,6 +137,7 @@ def main(argv):
     if args.model:
         classify = model_file_classifier(args.model)
     else:
+        export_dirs.resolve_export_dir(args.export_dir)  # a missing one named before TF loads
         classify = image_bytes_classifier(args.export_dir)
     num_failed = 0
     for path in args.images:

@@ -54,14 +54,14 @@ def import_onnxruntime():
 
 
 def load_saved_model(export_dir):
-    """(path, loaded SavedModel) of the export that export_dir designates (export.py).
+    """(path, loaded SavedModel) of the export that export_dir designates (export_dirs).
 
     Raises:
       Cifar10EstimatorError: no loadable export there.
     """
+    from cifar10_estimator.serving import export_dirs
+    path = export_dirs.resolve_export_dir(export_dir)  # a missing one named before TF loads
     import tensorflow as tf  # lazy: keeps convert's --help and flag errors fast
-    from cifar10_estimator.serving import export
-    path = export.resolve_export_dir(export_dir)
     try:
         return path, tf.saved_model.load(path)
     except (OSError, ValueError, tf.errors.OpError) as error:
@@ -165,10 +165,10 @@ def _check_signature(path, inputs, outputs):
 
 
 def load(path, num_threads=None):
-    """The runner of `path`: a .tflite or .onnx file, else an export (export.resolve_export_dir).
+    """The runner of `path`: a .tflite or .onnx file, else an export (export_dirs.resolve_export_dir).
 
     Args:
-      path: the file, or the export as export.resolve_export_dir takes it.
+      path: the file, or the export as export_dirs.resolve_export_dir takes it.
       num_threads: threads of a file's runtime; None: cpu_threads().
 
     Raises:
