@@ -24,7 +24,6 @@ from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invo
                                    run_command)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.serving import options as shared
 
 # The options naming the classifier; one of them is required.
@@ -63,8 +62,9 @@ def load_image_bytes_signature(export_dir):
     Raises:
       Cifar10EstimatorError: no loadable export there, or one without the signature.
     """
-    from cifar10_estimator.serving import export, runtimes
-    path, model = runtimes.load_saved_model(export_dir)
+    from cifar10_estimator.serving import runtimes
+    path, model = runtimes.load_saved_model(export_dir)  # names a missing one before TF loads
+    from cifar10_estimator.serving import export
     if export.IMAGE_BYTES_SIGNATURE not in model.signatures:
         raise Cifar10EstimatorError(
             "the SavedModel in %s has no %r signature; export it with "
@@ -74,8 +74,8 @@ def load_image_bytes_signature(export_dir):
 
 def image_bytes_classifier(export_dir):
     """classify(encoded image) -> probabilities [10], by the export's image_bytes signature."""
-    import tensorflow as tf  # lazy: keeps predict's --help and flag errors fast
     _, signature = load_image_bytes_signature(export_dir)
+    import tensorflow as tf  # lazy: keeps predict's --help and flag errors fast
     return lambda encoded: signature(image_bytes=tf.constant([encoded]))[
         "probabilities"].numpy()[0]
 
@@ -137,7 +137,6 @@ def main(argv):
     if args.model:
         classify = model_file_classifier(args.model)
     else:
-        export_dirs.resolve_export_dir(args.export_dir)  # a missing one named before TF loads
         classify = image_bytes_classifier(args.export_dir)
     num_failed = 0
     for path in args.images:

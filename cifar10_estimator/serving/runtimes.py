@@ -165,7 +165,8 @@ def _check_signature(path, inputs, outputs):
 
 
 def load(path, num_threads=None):
-    """The runner of `path`: a .tflite or .onnx file, else an export (export_dirs.resolve_export_dir).
+    """The runner of `path`: a .tflite or .onnx file, else an export (as
+    export_dirs.resolve_export_dir takes it).
 
     Args:
       path: the file, or the export as export_dirs.resolve_export_dir takes it.
