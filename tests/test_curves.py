@@ -10,6 +10,7 @@ from PIL import Image
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.curves import plot, runs
+from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import REPO_ROOT, assert_one_line_error, run_module
 
 pytest_plugins = ["trained_job"]
@@ -49,7 +50,7 @@ def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
 def test_runs_of_other_layouts_are_told_apart_by_the_layout_hparams_json_records():
     def run(data_format):
         return runs.Run(job_dir="/x/%s" % data_format, hparams=job_hparams.DEFAULTS,
-                        validation_accuracy=[], learning_rate=[], test_accuracy=None,
+                        accuracy=[], learning_rate=[], test_accuracy=None,
                         data_format=data_format)
     assert runs.labels([run("channels_first"), run("channels_last")]) == [
         "data format channels_first", "data format channels_last"]
@@ -57,9 +58,9 @@ def test_runs_of_other_layouts_are_told_apart_by_the_layout_hparams_json_records
 
 def test_the_axis_is_epochs_of_the_training_set(trained_job):
     run = runs.read_run(trained_job.job_dir)
-    assert [epoch for epoch, _ in run.validation_accuracy] == [5 * EPOCHS_PER_STEP,
-                                                               10 * EPOCHS_PER_STEP]
-    assert all(0 <= accuracy <= 1 for _, accuracy in run.validation_accuracy)
+    assert run.evaluated_on == "validation"
+    assert [epoch for epoch, _ in run.accuracy] == [5 * EPOCHS_PER_STEP, 10 * EPOCHS_PER_STEP]
+    assert all(0 <= accuracy <= 1 for _, accuracy in run.accuracy)
     assert run.learning_rate and all(rate == pytest.approx(0.1) for _, rate in run.learning_rate)
     assert run.test_accuracy is not None
     pyplot = plot._pyplot()
@@ -70,7 +71,7 @@ def test_the_axis_is_epochs_of_the_training_set(trained_job):
     assert accuracy_axes.get_ylabel() == "validation accuracy (%)"
     drawn = accuracy_axes.get_lines()[0]
     assert list(drawn.get_xdata()) == [0.625, 1.25]
-    assert list(drawn.get_ydata()) == [100 * value for _, value in run.validation_accuracy]
+    assert list(drawn.get_ydata()) == [100 * value for _, value in run.accuracy]
     legend = [text.get_text() for text in fig.legends[0].get_texts()]
     assert legend == ["the run: test %.2f %%" % (100 * run.test_accuracy), "half: 50.00 %"]
     pyplot.close(fig)
@@ -115,6 +116,44 @@ def test_without_matplotlib_it_says_what_to_install(trained_job, tmp_path):
     assert not output.exists()
 
 
+def test_a_job_without_a_validation_set_is_drawn_from_its_test_evaluations(
+        trained_job, tmp_path):
+    # A job trained on data with no validation set evaluates on the test set during
+    # training, into job-dir/eval/ (main.make_eval_spec): here the trained job's own
+    # evaluations, moved there, and a job with the validation curve beside it.
+    job_dir = tmp_path / "all-training-images"
+    shutil.copytree(trained_job.job_dir, str(job_dir))
+    os.rename(str(job_dir / "eval_validation"), str(job_dir / "eval"))
+    run = runs.read_run(str(job_dir))
+    assert run.evaluated_on == "test"
+    assert run.accuracy == runs.read_run(trained_job.job_dir).accuracy
+    pyplot = plot._pyplot()
+    fig = plot.figure(pyplot, [run], ["the run"])
+    assert fig.axes[0].get_ylabel() == "test accuracy (%), evaluated during training"
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == [
+        "the run (test set during training): test %.2f %%" % (100 * run.test_accuracy)]
+    pyplot.close(fig)
+    output = tmp_path / "both.png"
+    result = run_module(MODULE, [trained_job.job_dir, job_dir, "--output", output])
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("%s: 2 validation points to epoch 1.2 (" % trained_job.job_dir
+                               .rstrip("/").rsplit("/", 1)[1])
+    assert lines[1].startswith("all-training-images: 2 test points to epoch 1.2 (")
+    assert output.exists()
+
+
+def test_a_job_with_no_evaluation_yet_is_named_with_both_folders(trained_job, tmp_path):
+    job_dir = tmp_path / "job"
+    shutil.copytree(trained_job.job_dir, str(job_dir))
+    shutil.rmtree(str(job_dir / "eval_validation"))
+    with pytest.raises(Cifar10EstimatorError) as raised:
+        runs.read_run(str(job_dir))
+    assert str(raised.value).startswith(
+        "%s has no evaluation during training yet (event files under eval_validation/, "
+        "or eval/ for the test set)" % job_dir)
+
+
 def test_a_folder_that_is_not_a_job_gets_one_line(tmp_path):
     result = run_module(MODULE, [tmp_path, "--output", tmp_path / "curves.png"])
     assert_one_line_error(result, 1, "hparams.json is missing")
@@ -123,9 +162,9 @@ def test_a_folder_that_is_not_a_job_gets_one_line(tmp_path):
 def test_minutes_count_from_the_runs_start_to_each_evaluation_and_the_test_result(
         trained_job, tmp_path):
     run = runs.read_run(trained_job.job_dir)
-    minutes = [value for value, _ in run.validation_accuracy_minutes]
-    assert [accuracy for _, accuracy in run.validation_accuracy_minutes] == [
-        accuracy for _, accuracy in run.validation_accuracy]
+    minutes = [value for value, _ in run.accuracy_minutes]
+    assert [accuracy for _, accuracy in run.accuracy_minutes] == [
+        accuracy for _, accuracy in run.accuracy]
     assert 0 < minutes[0] < minutes[1] <= run.test_minutes
     # The whole tiny run took seconds, not minutes.
     assert run.test_minutes < 5

@@ -1,4 +1,5 @@
-"""Training curves drawn from job directories: validation accuracy and learning rate by epoch.
+"""Training curves drawn from job directories: the accuracy of the evaluations during
+training (validation, or test without a validation set) and the learning rate by epoch.
 
     python -m cifar10_estimator.curves JOB [JOB ...] --output curves.png
 

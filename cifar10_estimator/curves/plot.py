@@ -1,5 +1,6 @@
-"""python -m cifar10_estimator.curves: validation accuracy and learning rate against epochs
-or wall-clock minutes.
+"""python -m cifar10_estimator.curves: the accuracy of the evaluations during training
+(validation, or test for a job without a validation set) and the learning rate against
+epochs or wall-clock minutes.
 
     python -m cifar10_estimator.curves JOB [JOB ...] --output curves.png \
         [--reference 86.97 "the paper's schedule, 182 epochs (test)"] [--x-axis minutes]
@@ -23,7 +24,14 @@ MATPLOTLIB_MISSING = ("drawing curves needs matplotlib, which is not installed: 
                       "pip install -e '.[plot]' (or pip install matplotlib)")
 # --x-axis: what the shared horizontal axis counts.
 X_AXIS_LABELS = {"epochs": "epochs", "minutes": "wall-clock minutes since the run started"}
-ACCURACY_LABEL = "validation accuracy (%)"
+# The accuracy axis, by the sets the runs were evaluated on during training.
+ACCURACY_LABELS = {
+    ("validation",): "validation accuracy (%)",
+    ("test",): "test accuracy (%), evaluated during training",
+    ("test", "validation"): "accuracy (%): validation, or test where the legend says so",
+}
+# Marks a run evaluated on the test set during training (no validation set).
+TEST_CURVE_MARK = " (test set during training)"
 LEARNING_RATE_LABEL = "learning rate"
 
 
@@ -54,8 +62,10 @@ class CurvesOptions:
 
 def build_parser():
     parser = cli.ArgumentParser(
-        description="Draw the validation accuracy and the learning rate of training runs "
-                    "against epochs, from their job directories' event files, into a PNG.")
+        description="Draw the accuracy of the evaluations during training (on the "
+                    "validation set, or on the test set for a job without one) and the "
+                    "learning rate of training runs against epochs, from their job "
+                    "directories' event files, into a PNG.")
     cli.add_options(parser, cli.option_fields(CurvesOptions))
     return parser
 
@@ -79,6 +89,8 @@ LEGEND_LINE_CHARACTERS = 140
 
 
 def _with_test_result(run, label, in_minutes):
+    if run.evaluated_on == "test":
+        label += TEST_CURVE_MARK
     if run.test_accuracy is None:
         return label
     label = "%s: test %.2f %%" % (label, 100 * run.test_accuracy)
@@ -108,8 +120,7 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
         2, 1, sharex=True, figsize=(9, PANELS_HEIGHT + legend_height),
         gridspec_kw={"height_ratios": [3, 1]})
     for run, label in zip(runs, run_labels):
-        positions, accuracies = zip(*(run.validation_accuracy_minutes if in_minutes
-                                      else run.validation_accuracy))
+        positions, accuracies = zip(*(run.accuracy_minutes if in_minutes else run.accuracy))
         line, = accuracy_axes.plot(positions, [100 * value for value in accuracies],
                                    marker=".", label=label)
         if in_minutes and run.test_accuracy is not None:
@@ -122,7 +133,7 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
     for (percent, _), label in zip(references, reference_labels):
         accuracy_axes.axhline(percent, color="black", linestyle="--", linewidth=1,
                               label=label)
-    accuracy_axes.set_ylabel(ACCURACY_LABEL)
+    accuracy_axes.set_ylabel(ACCURACY_LABELS[tuple(sorted({run.evaluated_on for run in runs}))])
     if accuracy_min is not None:
         accuracy_axes.set_ylim(bottom=accuracy_min)
     accuracy_axes.grid(alpha=0.3)
@@ -169,10 +180,11 @@ def main(argv):
     fig = figure(pyplot, runs, labels, references, args.title, args.accuracy_min, args.x_axis)
     save_png(fig, args.output)
     for run, label in zip(runs, labels):
-        last_epoch, last_accuracy = run.validation_accuracy[-1]
-        last_minutes, _ = run.validation_accuracy_minutes[-1]
-        print("%s: %d validation points to epoch %.1f (%.1f min), last %.2f %%%s" % (
-            label, len(run.validation_accuracy), last_epoch, last_minutes, 100 * last_accuracy,
+        last_epoch, last_accuracy = run.accuracy[-1]
+        last_minutes, _ = run.accuracy_minutes[-1]
+        print("%s: %d %s points to epoch %.1f (%.1f min), last %.2f %%%s" % (
+            label, len(run.accuracy), run.evaluated_on, last_epoch, last_minutes,
+            100 * last_accuracy,
             "" if run.test_accuracy is None else ", test %.2f %% at %.1f min" % (
                 100 * run.test_accuracy, run.test_minutes)))
     print("wrote %s" % args.output)

@@ -12,9 +12,11 @@ from cifar10_estimator.cli import flag_of, option_fields
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import schedule
 
-# Where the trainer writes what is drawn: the validation evaluations during training
-# (cifar10.SUBSETS explains the name) and, in the job dir itself, the training summaries.
-VALIDATION_FOLDER = "eval_validation"
+# Where the trainer writes what is drawn: the evaluations during training on the
+# validation set (cifar10.SUBSETS explains the name), or on the test set where the job had
+# none or was told --eval-subset eval (tf.estimator's folder for an unnamed evaluation, as
+# in the original; main.make_eval_spec), and in the job dir itself the training summaries.
+EVALUATION_FOLDERS = (("validation", "eval_validation"), ("test", "eval"))
 ACCURACY_TAG = "accuracy"
 LEARNING_RATE_TAG = "learning_rate"
 
@@ -30,55 +32,69 @@ class Run:
     Attributes:
       job_dir: where it was read.
       hparams: the HParams it trained with.
-      validation_accuracy: [(epoch, accuracy 0..1)] of the evaluations during training.
+      accuracy: [(epoch, accuracy 0..1)] of the evaluations during training.
       learning_rate: [(epoch, rate)] of the training summaries.
       test_accuracy: the one final test evaluation (0..1), None before it ran.
-      validation_accuracy_minutes, learning_rate_minutes: the same values against minutes.
+      accuracy_minutes, learning_rate_minutes: the same values against minutes.
       test_minutes: when the test result was written, in minutes, or None.
       data_format: the layout its network computed in, as hparams.json records it beside
         the HParams (the devices chose it), or None.
+      evaluated_on: the set `accuracy` was measured on, "validation" or "test".
     """
 
     job_dir: str
     hparams: job_hparams.HParams
-    validation_accuracy: list
+    accuracy: list
     learning_rate: list
     test_accuracy: typing.Optional[float]
-    validation_accuracy_minutes: list = dataclasses.field(default_factory=list)
+    accuracy_minutes: list = dataclasses.field(default_factory=list)
     learning_rate_minutes: list = dataclasses.field(default_factory=list)
     test_minutes: typing.Optional[float] = None
     data_format: typing.Optional[str] = None
+    evaluated_on: str = "validation"
 
 
 def read_run(job_dir):
     """The Run of a job directory the trainer wrote.
 
     Raises:
-      Cifar10EstimatorError: no hparams.json, or no validation evaluation yet.
+      Cifar10EstimatorError: no hparams.json, or no evaluation during training yet.
     """
     hparams, data_format = job_hparams.load_record(job_dir)
     epochs_per_step = hparams.examples_per_global_step / hparams.num_train_examples
-    validation = _scalar_by_step(os.path.join(job_dir, VALIDATION_FOLDER), ACCURACY_TAG)
-    if not validation:
-        raise Cifar10EstimatorError(
-            "%s has no validation accuracy yet (event files under %s/): the trainer writes "
-            "them when it evaluates a checkpoint on the validation set"
-            % (job_dir, VALIDATION_FOLDER))
+    evaluated_on, evaluations = _evaluations_during_training(job_dir)
     rates = _scalar_by_step(job_dir, LEARNING_RATE_TAG)
     start = _start_time(job_dir)
     test_path = os.path.join(job_dir, report.TEST_RESULTS_FILENAME)
     test_accuracy = _test_accuracy(job_dir)
     return Run(job_dir=job_dir, hparams=hparams,
-               validation_accuracy=_against(validation, lambda step, _: step * epochs_per_step),
+               accuracy=_against(evaluations, lambda step, _: step * epochs_per_step),
                learning_rate=_against(rates, lambda step, _: step * epochs_per_step),
                test_accuracy=test_accuracy,
-               validation_accuracy_minutes=_against(
-                   validation, lambda _, wall_time: (wall_time - start) / 60),
+               accuracy_minutes=_against(
+                   evaluations, lambda _, wall_time: (wall_time - start) / 60),
                learning_rate_minutes=_against(
                    rates, lambda _, wall_time: (wall_time - start) / 60),
                test_minutes=None if test_accuracy is None
                else (os.path.getmtime(test_path) - start) / 60,
-               data_format=data_format)
+               data_format=data_format, evaluated_on=evaluated_on)
+
+
+def _evaluations_during_training(job_dir):
+    """(the set, {global step: (wall time, accuracy)}) of the job's evaluations during
+    training: on the validation set, or where there are none, on the test set.
+
+    Raises:
+      Cifar10EstimatorError: neither has an evaluation yet.
+    """
+    for evaluated_on, folder in EVALUATION_FOLDERS:
+        values = _scalar_by_step(os.path.join(job_dir, folder), ACCURACY_TAG)
+        if values:
+            return evaluated_on, values
+    raise Cifar10EstimatorError(
+        "%s has no evaluation during training yet (event files under %s/, or %s/ for the "
+        "test set): the trainer writes them when it evaluates a checkpoint"
+        % ((job_dir,) + tuple(folder for _, folder in EVALUATION_FOLDERS)))
 
 
 def _against(values_by_step, x_of):
