@@ -49,11 +49,13 @@ def test_examples_per_second_hook_logs_plausible_rates(tensorflow_info_messages)
         num_steps=21, seconds_per_step=seconds_per_step, first_global_step=1000)
     rates = logged_rates(tensorflow_info_messages)
     fastest_possible = batch_size / seconds_per_step
-    slowest_possible = batch_size * 20 / wall_secs
     for average, current, steps in rates:
         assert 0 < average <= fastest_possible
         assert 0 < current <= fastest_possible
-        assert average >= slowest_possible * 0.9
+        # The steps a line averages were timed within the whole loop's wall time. (Not
+        # 20 steps' worth: a busy machine can stall the first steps, and the early
+        # lines' averages with them, below the loop's overall rate.) 0.1 %: "%g" rounds.
+        assert average >= batch_size * steps / wall_secs * 0.999
     # The first trigger starts the clock; then every 5 steps the hook logs how
     # many steps of its own it has timed (not the global step), as the original did.
     assert [steps for _, _, steps in rates] == [5, 10, 15, 20]
