@@ -23,6 +23,7 @@ from cifar10_estimator import file_systems
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
+from cifar10_estimator.training import evaluation_dirs
 from cifar10_estimator.training import job_dir_lock
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import schedule
@@ -310,7 +311,7 @@ def start_job(settings, task, run_config, data_format):
     if run_config.is_chief:
         job_hparams.save(settings.job_dir, hparams, data_format)
         hparams_summary.write(settings.job_dir, job_hparams.record(hparams, data_format),
-                              "eval_" + report.TEST_EVAL_NAME)
+                              evaluation_dirs.evaluation_dir(report.TEST_EVAL_NAME))
     log_schedule(hparams)
     log_resumption(settings.job_dir, task)
     return evaluation_cost
@@ -449,7 +450,7 @@ def make_eval_spec(settings, signals, progress=None):
         hooks.append(run_progress.EvaluationTimer(
             progress, settings.eval_batch_size * model_fn.num_views(settings.hparams)))
     if subset == "validation":
-        name = "validation"
+        name = evaluation_dirs.VALIDATION_EVAL_NAME
     else:
         name = None
         console.console_logger().info(

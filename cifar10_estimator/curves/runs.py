@@ -10,13 +10,13 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
 from cifar10_estimator.cli import flag_of, option_fields
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import schedule
+from cifar10_estimator.training import evaluation_dirs, schedule
 
 # Where the trainer writes what is drawn: the evaluations during training on the
-# validation set (cifar10.SUBSETS explains the name), or on the test set where the job had
-# none or was told --eval-subset eval (tf.estimator's folder for an unnamed evaluation, as
-# in the original; main.make_eval_spec), and in the job dir itself the training summaries.
-EVALUATION_FOLDERS = (("validation", "eval_validation"), ("test", "eval"))
+# validation set, or where there are none on the test set (evaluation_dirs), and in the
+# job dir itself the training summaries.
+EVALUATION_FOLDERS = (("validation", evaluation_dirs.VALIDATION_DIR),
+                      ("test", evaluation_dirs.TEST_DURING_TRAINING_DIR))
 ACCURACY_TAG = "accuracy"
 LEARNING_RATE_TAG = "learning_rate"
 

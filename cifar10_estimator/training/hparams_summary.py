@@ -13,9 +13,7 @@ import os
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-# The evaluations' directory under the job dir during training (tf.estimator's name for
-# the EvalSpec named "validation").
-VALIDATION_DIR = "eval_validation"
+from cifar10_estimator.training.evaluation_dirs import VALIDATION_DIR
 
 
 def dashboard_values(recorded):
