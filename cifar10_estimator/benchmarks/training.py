@@ -6,12 +6,14 @@ logs every 10 steps the trainer's ExamplesPerSecondHook line
 `Average examples/sec: A (C), step = S`, C being the rate over the 10 steps ending at S.
 A run that reaches warmup_steps is paused (SIGSTOP). The runs then take turns, one
 10-step interval each while the others stay paused (A B C, C B A, A B C, ...: rounds of
-alternating_rounds), until each has run timed_steps; at the end all resume together to
-finish. So whatever else loads a shared machine (other processes, or neighbours on the
+alternating_rounds), until each has run timed_steps; at the end all resume together, the
+trainers told to stop (SIGTERM: each saves the step in flight and exits, skipping the
+final evaluation and export, which measure nothing here) and the Keras runs left to end
+their fit and print their result. So whatever else loads a shared machine (other processes, or neighbours on the
 host that no counter shows) falls on every run alike, interval by interval, and a ratio
 is the median of the ratios of intervals run back to back. An interval's time is the child's own minus the time it
-was paused within it. Start-up, graph building, warm-up steps, the final checkpoint,
-evaluation and export are never timed. Memory is each child's peak RSS (VmHWM), read
+was paused within it. Start-up, graph building, warm-up steps and the final checkpoint
+are never timed. Memory is each child's peak RSS (VmHWM) and CPU its whole process's, read
 until it exits.
 """
 
@@ -41,6 +43,8 @@ LOG_EVERY_N_STEPS = 10
 # evaluated once (train_and_evaluate always evaluates it); no evaluation mid-run.
 NO_EVAL_UNTIL_THE_END_SECS = 10 ** 9
 EVAL_BATCH_SIZE = 100
+# The exit status of a trainer stopped by SIGTERM after saving its step (errors.RunStopped).
+TRAINER_STOPPED_STATUS = 128 + signal.SIGTERM
 # How often to read the children's peak memory while they finish.
 MEMORY_SAMPLE_SECS = 0.05
 # How long to wait for a run's next logged interval before giving up.
@@ -278,8 +282,16 @@ class _Interleaving:
         return examples / active_secs, share
 
     def finish(self):
-        """Resume every child and wait for it; returns [(status, CPU secs, peak RSS MB)]."""
-        for child in self.children:
+        """Stop every trainer, let every Keras run end, and wait for each; returns
+        [(status, CPU secs, peak RSS MB)].
+
+        A paused trainer takes the SIGTERM as it resumes: it ends after the step in flight,
+        saved, with TRAINER_STOPPED_STATUS. Its final evaluation and export would add CPU
+        seconds and memory that are not training's (Keras runs have neither).
+        """
+        for child, run in zip(self.children, self.runs):
+            if run.kind == "estimator":
+                child.process.send_signal(signal.SIGTERM)
             child.resume()
         running = list(self.children)
         while running:
@@ -339,7 +351,7 @@ def measure_interleaved(runs, data_dir, work_dir, warmup_steps, timed_steps, rep
         raise
     measurements = {}
     for index, (run, (status, cpu_secs, max_rss_mb)) in enumerate(zip(runs, outcomes)):
-        if status != 0:
+        if status != (TRAINER_STOPPED_STATUS if run.kind == "estimator" else 0):
             raise Cifar10EstimatorError("%s exited with status %d; see its log %s"
                                         % (run.name, status, log_paths[index]))
         details = _keras_result(log_paths[index]) if run.kind == "keras" else {}
