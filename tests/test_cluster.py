@@ -353,13 +353,17 @@ def assert_trainers_report_the_cluster_rate_beside_their_own(output, trainers,
     (start_trainers_together) or a starved trainer changes nothing. An earlier check
     summed the trainers' own rates over a stretch of global steps every trainer reported
     across and compared them with the cluster's: one CI run (2026-11-27) failed it
-    because the async chief, which also writes summaries, made fewer than 20 of the 400
-    steps and reported once. A trainer's first report then still says where its clock
-    started; at least two trainers must report more than once.
+    because the async chief made fewer than 20 of the 400 steps and reported once (on 2
+    cores the chief can make few steps for seconds while the workers make hundreds;
+    another run's chief made fewer than 11 of 200 and reported none). A trainer's one
+    report still says where its clock started; at least two trainers must report more
+    than once.
     """
     reports = {name: rate_reports(output, name) for name in trainers}
     assert sum(len(each) >= 2 for each in reports.values()) >= 2, reports
     for name, each in reports.items():
+        if not each:  # made fewer than 11 steps: its clock started, no interval ended
+            continue
         starts = [g - cluster / batches_per_global_step for g, _, cluster in each]
         start = round(starts[0])
         assert all(abs(each_start - start) < 0.05 for each_start in starts), (name, each)
