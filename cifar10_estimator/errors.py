@@ -28,4 +28,10 @@ class RunStopped(Exception):
     def __init__(self, signal_number, message):
         super().__init__(message)
         self.signal_number = signal_number
-        self.exit_status = 128 + signal_number
+        self.exit_status = stopped_exit_status(signal_number)
+
+
+def stopped_exit_status(signal_number):
+    """The exit status of a command stopped by `signal_number`: 128 + its number, what a
+    process killed by that signal reports (RunStopped)."""
+    return 128 + signal_number

@@ -9,10 +9,10 @@ A run that reaches warmup_steps is paused (SIGSTOP). The runs then take turns, o
 alternating_rounds), until each has run timed_steps; at the end all resume together, the
 trainers told to stop (SIGTERM: each saves the step in flight and exits, skipping the
 final evaluation and export, which measure nothing here) and the Keras runs left to end
-their fit and print their result. So whatever else loads a shared machine (other processes, or neighbours on the
-host that no counter shows) falls on every run alike, interval by interval, and a ratio
-is the median of the ratios of intervals run back to back. An interval's time is the child's own minus the time it
-was paused within it. Start-up, graph building, warm-up steps and the final checkpoint
+their fit and print their result. So whatever else loads a shared machine (other
+processes, or neighbours on the host that no counter shows) falls on every run alike,
+interval by interval, and a ratio is the median of the ratios of intervals run back to
+back. An interval's time is the child's own minus the time it was paused within it. Start-up, graph building, warm-up steps and the final checkpoint
 are never timed. Memory is each child's peak RSS (VmHWM) and CPU its whole process's, read
 until it exits.
 """
@@ -34,7 +34,7 @@ import time
 
 from cifar10_estimator.benchmarks import keras_peer
 from cifar10_estimator.benchmarks import host
-from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.errors import Cifar10EstimatorError, stopped_exit_status
 from cifar10_estimator.machine import alternating_rounds
 
 HOOK_LINE = re.compile(r"Average examples/sec: [0-9.e+]+ \(([0-9.e+]+)\), step = (\d+)")
@@ -43,8 +43,8 @@ LOG_EVERY_N_STEPS = 10
 # evaluated once (train_and_evaluate always evaluates it); no evaluation mid-run.
 NO_EVAL_UNTIL_THE_END_SECS = 10 ** 9
 EVAL_BATCH_SIZE = 100
-# The exit status of a trainer stopped by SIGTERM after saving its step (errors.RunStopped).
-TRAINER_STOPPED_STATUS = 128 + signal.SIGTERM
+# The exit status of a trainer stopped by SIGTERM after saving its step.
+TRAINER_STOPPED_STATUS = stopped_exit_status(signal.SIGTERM)
 # How often to read the children's peak memory while they finish.
 MEMORY_SAMPLE_SECS = 0.05
 # How long to wait for a run's next logged interval before giving up.

@@ -27,7 +27,7 @@ import time
 
 import tensorflow as tf
 
-from cifar10_estimator.errors import RunStopped
+from cifar10_estimator.errors import RunStopped, stopped_exit_status
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -84,7 +84,7 @@ class StopSignals:
                          if signal_number == signal.SIGINT else ""))
         elif signal_number == signal.SIGINT:
             self._say("SIGINT again: ending now, without saving")
-            os._exit(128 + signal.SIGINT)
+            os._exit(stopped_exit_status(signal.SIGINT))
 
     def _say(self, line):
         stream = self._stream or sys.stderr
