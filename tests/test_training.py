@@ -234,6 +234,20 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
     assert (recorded["train_epochs"], recorded["learning_rate"],
             recorded["learning_rate_schedule"]) == (3, 0.05, "linear")
 
+    # Back to the step drops with a longer run: the drops move to 50 % and 75 % of the new
+    # length, so step 24, where it resumes, is past the first drop only. Drops left where
+    # the first run put them (steps 4 and 6) would give it 0.001.
+    logged_before = len(train_log(job_dir))
+    longer = run_module(MODULE, trainer_args(tiny_data_dir, job_dir, "--train-epochs", "5"))
+    assert longer.returncode == 0, longer.stderr[-5000:]
+    assert "Training to step 40 (5.0 epochs of 64 examples at 8 per step); learning rate 0.1, " \
+           "x0.1 after step 20, x0.01 after step 30" in longer.stderr
+    longer_log = train_log(job_dir, since=logged_before)
+    assert re.search(r"Restoring parameters from \S+model\.ckpt-24\b", longer_log)
+    learning_rates = [float(rate) for rate in re.findall(r"learning_rate = (\S+),", longer_log)]
+    assert learning_rates and learning_rates[0] == pytest.approx(0.01), longer_log[-3000:]
+    assert checkpoint_steps(job_dir)[-1] == 40
+
 
 def test_two_cpu_towers_run_on_two_devices_and_sync_on_one_machine_ends_at_train_steps(
         tiny_data_dir, tmp_path):
