@@ -12,9 +12,9 @@ final evaluation and export, which measure nothing here) and the Keras runs left
 their fit and print their result. So whatever else loads a shared machine (other
 processes, or neighbours on the host that no counter shows) falls on every run alike,
 interval by interval, and a ratio is the median of the ratios of intervals run back to
-back. An interval's time is the child's own minus the time it was paused within it. Start-up, graph building, warm-up steps and the final checkpoint
-are never timed. Memory is each child's peak RSS (VmHWM) and CPU its whole process's, read
-until it exits.
+back. An interval's time is the child's own minus the time it was paused within it.
+Start-up, graph building, warm-up steps and the final checkpoint are never timed. Memory is
+each child's peak RSS (VmHWM) and CPU its whole process's, read until it exits.
 """
 
 import collections
