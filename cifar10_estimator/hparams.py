@@ -206,6 +206,16 @@ class HParams:
               "statistics are already moving averages (--batch-norm-decay) and stay as "
               "trained. E.g. 0.999; unset, the trained weights are used.",
         group="optimisation", type=between_zero_and_one, metavar="D")
+    lookahead_steps: int = option(
+        0, "Lookahead (Zhang et al. 2019): keep slow copies of the weights; after every "
+           "K steps and after the last, move them --lookahead-alpha of the way to the "
+           "trained weights and continue training from them. Checkpoints hold both. 0: "
+           "off.",
+        group="optimisation", type=non_negative_int, metavar="K")
+    lookahead_alpha: float = option(
+        0.5, "With --lookahead-steps: the fraction of the way the slow weights move at "
+             "each synchronisation.",
+        group="optimisation", type=between_zero_and_one, metavar="A")
     seed: typing.Optional[int] = option(
         None, "Graph-level random seed: the initial weights, the order of the training "
               "data and its augmentation follow N (recorded in hparams.json). In a cluster "

@@ -18,6 +18,7 @@ from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn
 from cifar10_estimator.training import checkpoint_saver
+from cifar10_estimator.training import lookahead
 from cifar10_estimator.training import mixed_precision
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import progress as run_progress
@@ -100,6 +101,7 @@ class OptimisationConfig(job_hparams.LayerConfig):
       momentum, nesterov: the momentum optimizer's.
       shift_learning_rate_factor: batch norm's shift variables' rate, relative.
       moving_average_decay: the weights' averages kept beside them (None: none).
+      lookahead_steps, lookahead_alpha: Lookahead's slow weights (steps 0: none).
       sync, num_workers: synchronous replicas, and how many trainers there are.
     """
 
@@ -110,6 +112,8 @@ class OptimisationConfig(job_hparams.LayerConfig):
     nesterov: bool = job_hparams.DEFAULTS.nesterov
     shift_learning_rate_factor: float = job_hparams.DEFAULTS.shift_learning_rate_factor
     moving_average_decay: typing.Optional[float] = job_hparams.DEFAULTS.moving_average_decay
+    lookahead_steps: int = job_hparams.DEFAULTS.lookahead_steps
+    lookahead_alpha: float = job_hparams.DEFAULTS.lookahead_alpha
     sync: bool = job_hparams.DEFAULTS.sync
     num_workers: int = job_hparams.DEFAULTS.num_workers
 
@@ -344,9 +348,10 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
 
 
 def _make_optimizer(learning_rate, optimisation, is_chief, loss_scale=None,
-                    weight_averages=None):
+                    weight_averages=None, slow_weights=None):
     """The momentum optimizer of `optimisation` (an OptimisationConfig), unscaling fp16
-    gradients with `loss_scale` (a mixed_precision.DynamicLossScale, or None), updating
+    gradients with `loss_scale` (a mixed_precision.DynamicLossScale, or None),
+    synchronising `slow_weights` (a lookahead.SlowWeights, or None) and then updating
     `weight_averages` (a weight_averaging.WeightAverages, or None) after each update, and
     wrapped for synchronous replicas with --sync.
 
@@ -357,6 +362,8 @@ def _make_optimizer(learning_rate, optimisation, is_chief, loss_scale=None,
         learning_rate, momentum=optimisation.momentum, use_nesterov=optimisation.nesterov)
     if loss_scale is not None:
         optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale)
+    if slow_weights is not None:
+        optimizer = lookahead.LookaheadOptimizer(optimizer, slow_weights)
     if weight_averages is not None:
         optimizer = weight_averaging.AveragingOptimizer(optimizer, weight_averages)
     if not optimisation.sync:
@@ -474,13 +481,13 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
                     mode=mode, loss=loss, predictions=predictions, eval_metric_ops=metrics,
                     scaffold=_inference_scaffold(hparams))
 
-            train_op, learning_rate, weight_averages, optimizer_hooks = _training_update(
+            train_op, learning_rate, update_holders, optimizer_hooks = _training_update(
                 tower_gradvars, update_ops, hparams, optimisation,
                 config.is_chief if config else True, loss_scale)
             logged = _training_summaries(learning_rate, loss, stacked_labels,
                                          predictions["classes"], features[0], loss_scale)
-            scaffold = _training_scaffold(config, loss_scale, weight_averages,
-                                          starting_values)
+            holders = ([] if loss_scale is None else [loss_scale]) + update_holders
+            scaffold = _training_scaffold(config, holders, starting_values)
 
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
@@ -497,22 +504,29 @@ def _training_update(tower_gradvars, update_ops, hparams, optimisation, is_chief
     updates (build_towers' update_ops).
 
     Returns:
-      (train_op, the learning rate tensor, the weight_averaging.WeightAverages or None,
-      the optimizer's hooks, which must run on every worker).
+      (train_op, the learning rate tensor, the holders of the optional variables the
+      update made (weight_averaging.WeightAverages, lookahead.SlowWeights), the
+      optimizer's hooks, which must run on every worker).
     """
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = schedule.learning_rate_tensor(hparams, global_step)
-    weight_averages = None
+    variables = tf.compat.v1.trainable_variables()
+    weight_averages = slow_weights = None
     if optimisation.moving_average_decay is not None:
         weight_averages = weight_averaging.WeightAverages(
-            optimisation.moving_average_decay, tf.compat.v1.trainable_variables(), global_step)
+            optimisation.moving_average_decay, variables, global_step)
+    if optimisation.lookahead_steps:
+        slow_weights = lookahead.SlowWeights(
+            optimisation.lookahead_steps, optimisation.lookahead_alpha, variables,
+            global_step, schedule.last_step(hparams))
     optimizer, hooks = _make_optimizer(learning_rate, optimisation, is_chief, loss_scale,
-                                       weight_averages)
+                                       weight_averages, slow_weights)
     apply_op = optimizer.apply_gradients(
         scale_shift_gradients(average_gradients(tower_gradvars),
                               optimisation.shift_learning_rate_factor),
         global_step=global_step)
-    return tf.group(apply_op, *update_ops), learning_rate, weight_averages, hooks
+    holders = [holder for holder in (weight_averages, slow_weights) if holder is not None]
+    return tf.group(apply_op, *update_ops), learning_rate, holders, hooks
 
 
 def _training_summaries(learning_rate, loss, labels, classes, images, loss_scale=None):
@@ -531,13 +545,13 @@ def _training_summaries(learning_rate, loss, labels, classes, images, loss_scale
     return logged
 
 
-def _training_scaffold(config, loss_scale, weight_averages, starting_values=None):
+def _training_scaffold(config, holders, starting_values=None):
     """The training Scaffold, or None: a Saver that resumes checkpoints lacking the
-    optional variables (fp16's loss scale, the weights' averages, the stream's seeds),
-    and the starting values of the variables (starting_value_feeds)."""
+    optional variables (those of `holders`: fp16's loss scale, the weights' averages,
+    Lookahead's slow weights; and the stream's seeds), and the starting values of the
+    variables (starting_value_feeds)."""
     optional_variables = [
-        holder.optional_variables() for holder in (loss_scale, weight_averages)
-        if holder is not None] + _input_seeds_optional()
+        holder.optional_variables() for holder in holders] + _input_seeds_optional()
     feeds = starting_value_feeds(starting_values or {})
     if not optional_variables and not feeds:
         return None
