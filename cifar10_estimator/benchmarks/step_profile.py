@@ -1,17 +1,24 @@
 """Where a training step's time goes, by op type, from TensorFlow's own step statistics.
 
     python -m cifar10_estimator.benchmarks.step_profile [--num-layers 20] [--precision bf16]
-        [--batch-size 64] [--steps 20]
+        [--batch-size 64] [--steps 20] [--recipe quick] [--image-size 16]
 
 Builds the trainer's training graph (model_fn, one tower, a constant in-memory batch so
 the input pipeline is out of the picture), runs warm-up steps, then traces `--steps`
 steps with RunOptions.FULL_TRACE and sums each kernel's time by op type as the runtime
 names it (oneDNN's rewritten kernels keep their own names, e.g. _MklNativeFusedBatchNormV3).
 Ops run in parallel on the CPU's threads, so the table's shares are of the summed kernel
-time, not of the step's wall time, which is printed beside it. Tracing slows a step a
-little; compare shares, and time whole runs with the benchmark suite.
+time, not of the step's wall time, which is printed beside it, with the median wall time
+of the untraced warm-up steps' second half (tracing slows a step). Compare shares, and
+time whole runs with the benchmark suite.
+
+--recipe takes a recipe's update (its weight averages, momentum, smoothing, weight decay,
+batch norm's shift rate), the depth, batch and precision staying this command's flags;
+--image-size S trains on the images area-resized to S pixels, as a --low-resolution
+phase of the trainer does.
 """
 
+import argparse
 import collections
 import dataclasses
 import re
@@ -19,6 +26,24 @@ import statistics
 import time
 
 from cifar10_estimator import cli
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator.training import recipes
+
+IMAGE_SIDE = cifar10_facts.HEIGHT
+# Steps the profiled graph trains for: more than any profile runs, so the rate schedule
+# stays near its start and a low-resolution phase lasts throughout.
+_PROFILED_RUN_STEPS = 1000000
+_NUM_TRAIN_EXAMPLES = 45000
+
+
+def image_side(text):
+    """argparse type: a side the trainer can train at, --low-resolution's range or 32."""
+    side = cli.positive_int(text)
+    if not job_hparams.MIN_LOW_RESOLUTION <= side <= IMAGE_SIDE:
+        raise argparse.ArgumentTypeError("expected %d..%d pixels, got %r" % (
+            job_hparams.MIN_LOW_RESOLUTION, IMAGE_SIDE, text))
+    return side
 
 # The op type in a step statistic's timeline label: "name = OpType(inputs)".
 _TIMELINE_OP_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
@@ -37,6 +62,12 @@ class StepProfileOptions:
                             type=cli.positive_int)
     top: int = cli.option(15, "Op types to list; the rest are summed in one row.",
                           type=cli.positive_int)
+    recipe: str = cli.option("tutorial", "The recipe whose update the step makes (the "
+                                         "depth, batch and precision are the flags above).",
+                             choices=sorted(recipes.RECIPES))
+    image_size: int = cli.option(IMAGE_SIDE, "Side of the trained images: below %d, a "
+                                             "--low-resolution phase's." % IMAGE_SIDE,
+                                 type=image_side)
 
 
 def build_parser():
@@ -66,12 +97,23 @@ def kernel_micros_by_op_type(step_stats):
 
 def _training_session(args):
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
-    from cifar10_estimator import hparams as job_hparams
     from cifar10_estimator import input_fn, model_fn
-    hparams = job_hparams.HParams(
-        num_layers=args.num_layers, train_batch_size=args.batch_size, precision=args.precision,
-        train_steps=1000000, num_train_examples=45000)
+    steps_per_epoch = _NUM_TRAIN_EXAMPLES // args.batch_size
+    phase = {"lower_resolution_epochs": 0.0, "low_resolution_epochs": 0.0}
+    if args.image_size < IMAGE_SIDE:
+        phase = {"lower_resolution_epochs": 0.0, "low_resolution": args.image_size,
+                 "low_resolution_epochs": _PROFILED_RUN_STEPS // 2 // steps_per_epoch}
+    hparam_names = {field.name for field in dataclasses.fields(job_hparams.HParams)}
+    recipe = {name: value for name, value in recipes.RECIPES[args.recipe].items()
+              if name in hparam_names}
+    hparams = job_hparams.HParams(**dict(
+        recipe, num_layers=args.num_layers,
+        train_batch_size=args.batch_size, precision=args.precision,
+        train_steps=_PROFILED_RUN_STEPS, train_epochs=None,
+        num_train_examples=_NUM_TRAIN_EXAMPLES, **phase))
     layout = model_fn.TowerLayout.for_devices(0, data_format=args.data_format)
+    # The Estimator makes it before model_fn; the resolution phases read it.
+    tf.compat.v1.train.get_or_create_global_step()
     images, labels = input_fn.make_synthetic_input_fn(1, args.batch_size)()
     spec = model_fn.make_model_fn(layout, hparams)(
         images, labels, tf.estimator.ModeKeys.TRAIN, None)
@@ -87,8 +129,11 @@ def main(argv):
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     with tf.Graph().as_default():
         session, train_op = _training_session(args)
+        untraced_secs = []
         for _ in range(args.steps):
+            start = time.perf_counter()
             session.run(train_op)
+            untraced_secs.append(time.perf_counter() - start)
         options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         totals, wall_secs = collections.Counter(), []
         for _ in range(args.steps):
@@ -98,10 +143,13 @@ def main(argv):
             wall_secs.append(time.perf_counter() - start)
             totals.update(kernel_micros_by_op_type(metadata.step_stats))
     summed = sum(totals.values())
-    print("ResNet-%d, %s, %s, batch %d: %d traced steps, median wall %.1f ms a step, "
-          "kernel time summed over threads %.1f ms a step"
-          % (args.num_layers, args.precision, args.data_format, args.batch_size, args.steps,
-             1000 * statistics.median(wall_secs), summed / 1000 / args.steps))
+    print("ResNet-%d, %s, %s, batch %d, %d pixels, the %s recipe's update: %d traced "
+          "steps, median wall %.1f ms a step (untraced %.1f), kernel time summed over "
+          "threads %.1f ms a step"
+          % (args.num_layers, args.precision, args.data_format, args.batch_size,
+             args.image_size, args.recipe, args.steps, 1000 * statistics.median(wall_secs),
+             1000 * statistics.median(untraced_secs[len(untraced_secs) // 2:]),
+             summed / 1000 / args.steps))
     print("| op type | ms a step | share of kernel time |")
     print("|---|---|---|")
     ranked = totals.most_common()
