@@ -165,6 +165,10 @@ class HParams:
         0.0, "Train towards 1 - F on the label and F spread evenly over the 10 classes. "
              "The evaluation loss stays plain cross entropy.",
         group="optimisation", type=non_negative_float, metavar="F")
+    label_smoothing_decay: bool = option(
+        False, "With --label-smoothing F: the factor falls linearly from F at the first "
+               "step to 0 at the last, instead of staying F.",
+        group="optimisation", action="store_true")
     train_max_shift: int = option(
         cifar10_facts.MAX_SHIFT,
         "Training crops move each image by up to P pixels along each axis (uniform over "

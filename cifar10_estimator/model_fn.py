@@ -97,7 +97,8 @@ class OptimisationConfig(job_hparams.LayerConfig):
     Each field is the trainer flag of its name (hparams.HParams).
 
     Attributes:
-      label_smoothing, weight_decay, weight_decay_scope: the loss (tower_loss).
+      weight_decay, weight_decay_scope: the loss (tower_loss; its label smoothing at a
+        step is schedule.label_smoothing's).
       momentum, nesterov: the momentum optimizer's.
       shift_learning_rate_factor: batch norm's shift variables' rate, relative.
       moving_average_decay: the weights' averages kept beside them (None: none).
@@ -105,7 +106,6 @@ class OptimisationConfig(job_hparams.LayerConfig):
       sync, num_workers: synchronous replicas, and how many trainers there are.
     """
 
-    label_smoothing: float = job_hparams.DEFAULTS.label_smoothing
     weight_decay: float = job_hparams.DEFAULTS.weight_decay
     weight_decay_scope: str = job_hparams.DEFAULTS.weight_decay_scope
     momentum: float = job_hparams.DEFAULTS.momentum
@@ -242,9 +242,10 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
 
     The softmax runs over all the network's logits, as the original's loss did. With
     label_smoothing F the target is 1 - F on the label plus F / 10 on each of CIFAR-10's
-    classes; the 11th logit, never a label, gets no target mass.
+    classes; the 11th logit, never a label, gets no target mass. F may be a tensor (a
+    smoothing that changes with the step).
     """
-    if not label_smoothing:
+    if not tf.is_tensor(label_smoothing) and not label_smoothing:
         return tf.compat.v1.losses.sparse_softmax_cross_entropy(
             labels=labels, logits=logits, loss_collection=None)
     class_targets = (tf.one_hot(labels, cifar10.NUM_CLASSES) * (1.0 - label_smoothing)
@@ -268,20 +269,22 @@ def make_resnet_tower_fn(hparams, precision_policy, data_format):
             logits = network(_training_resolution(images, hparams), True,
                              mixed_precision.compute_dtype(precision_policy))
             probabilities = _class_probabilities(logits)
+            smoothing = schedule.label_smoothing(hparams, tf.compat.v1.train.get_global_step())
         else:
             logits, probabilities = _inference(
                 images, network, hparams, mixed_precision.compute_dtype(
                     precision_policy, hparams.eval_in_training_precision))
-        return tower_loss(labels, logits, optimisation, is_training), probabilities
+            smoothing = 0.0
+        return tower_loss(labels, logits, optimisation, smoothing), probabilities
     return tower_fn
 
 
-def tower_loss(labels, logits, optimisation, is_training):
-    """The mean cross entropy of a shard (label-smoothed in training) plus weight decay
-    over the trainable variables --weight-decay-scope names (decayed_variables; all of
-    them, as in the tutorial, by default); optimisation: an OptimisationConfig."""
-    cross_entropy = mean_cross_entropy(
-        labels, logits, optimisation.label_smoothing if is_training else 0.0)
+def tower_loss(labels, logits, optimisation, label_smoothing):
+    """The mean cross entropy of a shard, its targets smoothed by `label_smoothing` (0.0
+    in evaluation, schedule.label_smoothing in training), plus weight decay over the
+    trainable variables --weight-decay-scope names (decayed_variables; all of them, as in
+    the tutorial, by default); optimisation: an OptimisationConfig."""
+    cross_entropy = mean_cross_entropy(labels, logits, label_smoothing)
     decayed = decayed_variables(tf.compat.v1.trainable_variables(),
                                 optimisation.weight_decay_scope)
     return cross_entropy + optimisation.weight_decay * tf.add_n(

@@ -496,33 +496,55 @@ def test_label_smoothing_spreads_over_the_10_classes_and_never_targets_the_11th_
                                rtol=1e-5)
 
 
-def tower_losses_sharing_variables(is_training, *label_smoothings):
-    """The ResNet-8 tower's loss on one batch for each label smoothing, with the same weights."""
+def tower_losses_sharing_variables(is_training, *smoothings, at_steps=(0,)):
+    """The ResNet-8 tower's loss on one batch for each of `smoothings` (a label smoothing,
+    or a dict of HParams fields), with the same weights, at each global step of
+    `at_steps`: [[loss of each smoothing] at each step]."""
     with tf.Graph().as_default():
         # Fixed initial weights: at some random ones the two training losses differ by
         # less than the test's tolerance. The layers' initializers draw their seeds from
         # Python's random module, not from the graph seed, so both are set.
         tf.compat.v1.set_random_seed(0)
         random.seed(0)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
         images = tf.random.uniform([4, 32, 32, 3], maxval=255.0, seed=2)
         labels = tf.constant([1, 2, 3, 4])
         losses = []
-        for index, label_smoothing in enumerate(label_smoothings):
-            hparams = job_hparams.HParams(num_layers=8, label_smoothing=label_smoothing)
+        for index, smoothing in enumerate(smoothings):
+            fields = smoothing if isinstance(smoothing, dict) else {"label_smoothing": smoothing}
+            hparams = job_hparams.HParams(num_layers=8, train_steps=10, **fields)
             tower_fn = model_fn.make_resnet_tower_fn(hparams, precision.policy("fp32"),
                                                      "channels_last")
             with tf.compat.v1.variable_scope("resnet", reuse=bool(index)):
                 losses.append(tower_fn(images, labels, is_training)[0])
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            return session.run(losses)
+            values = []
+            for step in at_steps:
+                global_step.load(step, session)
+                values.append(session.run(losses))
+            return values
 
 
 def test_label_smoothing_is_for_training_only():
-    smooth, plain = tower_losses_sharing_variables(False, 0.2, 0.0)
+    [(smooth, plain)] = tower_losses_sharing_variables(False, 0.2, 0.0)
     assert smooth == pytest.approx(plain)  # the evaluation loss compares across runs
-    smooth, plain = tower_losses_sharing_variables(True, 0.2, 0.0)
+    [(smooth, plain)] = tower_losses_sharing_variables(True, 0.2, 0.0)
     assert smooth != pytest.approx(plain, rel=1e-3)
+
+
+def test_a_decaying_label_smoothing_falls_from_its_factor_to_none_at_the_last_step():
+    decaying = {"label_smoothing": 0.2, "label_smoothing_decay": True}
+    # The run's last step is 10: the factor is 0.2 at step 0, 0.1 at 5, none at 10.
+    at_0, at_5, at_10 = tower_losses_sharing_variables(True, decaying, 0.2, 0.1, 0.0,
+                                                       at_steps=(0, 5, 10))
+    assert at_0[0] == pytest.approx(at_0[1], rel=1e-6)
+    assert at_5[0] == pytest.approx(at_5[2], rel=1e-6)
+    assert at_10[0] == pytest.approx(at_10[3], rel=1e-6)
+    assert len({round(value, 4) for value in at_0[1:]}) == 3  # the three factors differ
+    # Evaluation never smooths.
+    [(evaluated, plain)] = tower_losses_sharing_variables(False, decaying, 0.0)
+    assert evaluated == pytest.approx(plain)
 
 
 def train_graph(**fields):

@@ -128,6 +128,19 @@ def test_warm_up_rises_linearly_to_the_base_rate_then_the_shape_follows(shape, a
                                after_warmup, rtol=1e-5, atol=1e-8)
 
 
+def test_a_decaying_label_smoothing_falls_linearly_to_0_at_the_last_step():
+    decaying = job_hparams.HParams(train_steps=100, label_smoothing=0.2,
+                                   label_smoothing_decay=True)
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        factor = schedule.label_smoothing(decaying, step)
+        with tf.compat.v1.Session() as session:
+            factors = [float(session.run(factor, {step: s})) for s in (0, 25, 50, 100, 150)]
+    np.testing.assert_allclose(factors, [0.2, 0.15, 0.1, 0.0, 0.0], rtol=1e-6, atol=1e-8)
+    # Without the decay the factor is the flag's number, the same at every step.
+    assert schedule.label_smoothing(job_hparams.HParams(label_smoothing=0.2), None) == 0.2
+
+
 def test_smooth_shapes_work_with_train_steps_too():
     hparams = job_hparams.HParams(train_steps=40, learning_rate_schedule="linear")
     assert rate(hparams, 20) == pytest.approx(0.05)

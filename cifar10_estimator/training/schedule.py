@@ -169,6 +169,18 @@ def learning_rate_tensor(hparams, global_step):
     return tf.where(global_step < warmup, warming, rate)
 
 
+def label_smoothing(hparams, global_step):
+    """The smoothing factor of the training targets at global_step: --label-smoothing F
+    as a number, or with --label-smoothing-decay the scalar float32 tensor
+    F x (1 - step / last step), which reaches 0 at the last step."""
+    if not (hparams.label_smoothing_decay and hparams.label_smoothing):
+        return hparams.label_smoothing
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
+    progress = tf.clip_by_value(
+        tf.cast(global_step, tf.float32) / float(last_step(hparams)), 0.0, 1.0)
+    return hparams.label_smoothing * (1.0 - progress)
+
+
 def base_learning_rate_text(hparams):
     """The base rate for the log, with its arithmetic when it was scaled.
 
