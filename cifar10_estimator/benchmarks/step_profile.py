@@ -26,6 +26,7 @@ import statistics
 import time
 
 from cifar10_estimator import cli
+from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.training import recipes
@@ -95,22 +96,25 @@ def kernel_micros_by_op_type(step_stats):
     return totals
 
 
+def _hparams(args):
+    """The HParams of the profiled step, from the trainer's own parser: the recipe applied
+    under this command's depth, batch and precision, a run far longer than the profile,
+    and the one image phase asked for."""
+    phase = ["--lower-resolution-epochs", "0", "--low-resolution-epochs", "0"]
+    if args.image_size < IMAGE_SIDE:
+        epochs = _PROFILED_RUN_STEPS // 2 // (_NUM_TRAIN_EXAMPLES // args.batch_size)
+        phase[-1:] = [str(epochs), "--low-resolution", str(args.image_size)]
+    settings = trainer_flags.parse(
+        ["--job-dir", "unused", "--recipe", args.recipe, "--num-layers", str(args.num_layers),
+         "--train-batch-size", str(args.batch_size), "--precision", args.precision,
+         "--train-steps", str(_PROFILED_RUN_STEPS)] + phase)
+    return dataclasses.replace(settings.hparams, num_train_examples=_NUM_TRAIN_EXAMPLES)
+
+
 def _training_session(args):
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     from cifar10_estimator import input_fn, model_fn
-    steps_per_epoch = _NUM_TRAIN_EXAMPLES // args.batch_size
-    phase = {"lower_resolution_epochs": 0.0, "low_resolution_epochs": 0.0}
-    if args.image_size < IMAGE_SIDE:
-        phase = {"lower_resolution_epochs": 0.0, "low_resolution": args.image_size,
-                 "low_resolution_epochs": _PROFILED_RUN_STEPS // 2 // steps_per_epoch}
-    hparam_names = {field.name for field in dataclasses.fields(job_hparams.HParams)}
-    recipe = {name: value for name, value in recipes.RECIPES[args.recipe].items()
-              if name in hparam_names}
-    hparams = job_hparams.HParams(**dict(
-        recipe, num_layers=args.num_layers,
-        train_batch_size=args.batch_size, precision=args.precision,
-        train_steps=_PROFILED_RUN_STEPS, train_epochs=None,
-        num_train_examples=_NUM_TRAIN_EXAMPLES, **phase))
+    hparams = _hparams(args)
     layout = model_fn.TowerLayout.for_devices(0, data_format=args.data_format)
     # The Estimator makes it before model_fn; the resolution phases read it.
     tf.compat.v1.train.get_or_create_global_step()

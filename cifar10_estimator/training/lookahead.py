@@ -89,13 +89,8 @@ class SlowWeights:
             "its weight's restored value")
 
 
-class LookaheadOptimizer(optimizer_wrapper.OptimizerWrapper):
+class LookaheadOptimizer(optimizer_wrapper.FollowedOptimizer):
     """Wraps an optimizer to synchronise `slow_weights` (SlowWeights) after its updates."""
 
     def __init__(self, optimizer, slow_weights, name="LookaheadOptimizer"):
-        super().__init__(optimizer, name)
-        self._slow_weights = slow_weights
-
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return self._slow_weights.update_after(
-            self._optimizer.apply_gradients(grads_and_vars, global_step, name))
+        super().__init__(optimizer, slow_weights, name)

@@ -68,7 +68,7 @@ class WeightAverages:
             _NO_AVERAGES + ": each average starts at its weight's restored value")
 
 
-class AveragingOptimizer(optimizer_wrapper.OptimizerWrapper):
+class AveragingOptimizer(optimizer_wrapper.FollowedOptimizer):
     """Wraps an optimizer to update the weights' moving averages after each update it applies.
 
     Without --sync every worker's update is a global step of its own, and each worker
@@ -82,12 +82,7 @@ class AveragingOptimizer(optimizer_wrapper.OptimizerWrapper):
 
     def __init__(self, optimizer, weight_averages, name="AveragingOptimizer"):
         """weight_averages: the WeightAverages to update."""
-        super().__init__(optimizer, name)
-        self._weight_averages = weight_averages
-
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return self._weight_averages.update_after(
-            self._optimizer.apply_gradients(grads_and_vars, global_step, name))
+        super().__init__(optimizer, weight_averages, name)
 
 
 def _shadow_name(variable):
