@@ -33,15 +33,40 @@ def test_the_table_ranks_the_traced_steps_op_types_and_their_shares_sum_to_all()
 @pytest.mark.slow
 def test_a_recipes_step_on_smaller_images_resizes_them_and_makes_the_recipes_update():
     result = run_module(MODULE, ["--num-layers", "8", "--batch-size", "8", "--steps", "2",
-                                 "--top", "1000", "--recipe", "quick", "--image-size", "16"])
+                                 "--top", "1000", "--recipe", "quick", "--image-size", "16",
+                                 "--convolutions"])
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("ResNet-8, fp32, channels_last, batch 8, 16 pixels, the quick "
                                "recipe's update: 2 traced steps")
-    op_types = {ROW.match(line).group(1) for line in lines[3:]}
+    type_rows = [ROW.match(line).groups() for line in lines[3:lines.index("")]]
+    op_types = {op_type for op_type, _, _ in type_rows}
     # The area resize of a --low-resolution phase; the quick recipe's cosine rate and its
     # smoothed labels' dense cross entropy (the tutorial's is the sparse one).
     assert {"ResizeArea", "Cos", "SoftmaxCrossEntropyWithLogits"} <= op_types
+
+    # --convolutions: ResNet-8's 7 convolutions in graph order, as the 16-pixel step ran them.
+    convolution_lines = lines[lines.index("") + 3:]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in convolution_lines]
+    assert [row[0] for row in cells] == [
+        "conv2d", "stage/residual_v1/conv2d", "stage/residual_v1/conv2d_1",
+        "stage_1/residual_v1/conv2d", "stage_1/residual_v1/conv2d_1",
+        "stage_2/residual_v1/conv2d", "stage_2/residual_v1/conv2d_1", "all"]
+    assert [row[1] for row in cells[:-1]] == (["8x16x16x16"] * 3 + ["8x8x8x32"] * 2
+                                              + ["8x4x4x64"] * 2)
+    # 2 FLOPs per multiply-add: the first layer's 3x3x3 kernel for each of 8x16x16x16
+    # outputs; the first of stage 1 a 3x3x16 kernel for 8x8x8x32.
+    assert cells[0][2] == "%.1f" % (2 * 8 * 16 * 16 * 16 * 27 / 1e6)
+    assert cells[3][2] == "%.1f" % (2 * 8 * 8 * 8 * 32 * 9 * 16 / 1e6)
+    # The images need no gradient: the first layer alone has no input-gradient kernel.
+    assert cells[0][4] == "-"
+    assert all(cell != "-" for row in cells[1:] for cell in row[3:])
+    # The layers' kernels are the op-type table's convolution kernels, by direction.
+    milliseconds = {op_type: float(ms) for op_type, ms, _ in type_rows}
+    for column, kind in ((3, "Conv2D"), (4, "Conv2DBackpropInput"),
+                         (5, "Conv2DBackpropFilter")):
+        by_type = sum(ms for op_type, ms in milliseconds.items() if op_type.endswith(kind))
+        assert float(cells[-1][column].split(",")[0]) == pytest.approx(by_type, abs=0.02)
 
 
 @pytest.mark.parametrize("flags, named", [(["--steps", "0"], "--steps"),

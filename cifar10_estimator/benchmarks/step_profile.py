@@ -12,6 +12,11 @@ time, not of the step's wall time, which is printed beside it, with the median w
 of the untraced warm-up steps' second half (tracing slows a step). Compare shares, and
 time whole runs with the benchmark suite.
 
+--convolutions adds a table of each convolution layer's three kernels (the forward pass,
+the gradient of its input, the gradient of its filters): their time a step and the
+GFLOP/s each achieves, from the layer's shapes as the traced step ran them, so a kernel
+that runs far below the others' rate stands out.
+
 --recipe takes a recipe's update (its weight averages, momentum, smoothing, weight decay,
 batch norm's shift rate), the depth, batch and precision staying this command's flags;
 --image-size S trains on the images area-resized to S pixels, as a --low-resolution
@@ -66,6 +71,10 @@ class StepProfileOptions:
     recipe: str = cli.option("tutorial", "The recipe whose update the step makes (the "
                                          "depth, batch and precision are the flags above).",
                              choices=sorted(recipes.RECIPES))
+    convolutions: bool = cli.option(False, "Also list each convolution layer's forward, "
+                                           "input-gradient and filter-gradient kernels "
+                                           "with the GFLOP/s each achieves.",
+                                    action="store_true")
     image_size: int = cli.option(IMAGE_SIDE, "Side of the trained images: below %d, a "
                                              "--low-resolution phase's." % IMAGE_SIDE,
                                  type=image_side)
@@ -94,6 +103,87 @@ def kernel_micros_by_op_type(step_stats):
                 continue
             totals[op_type_of(node)] += node.all_end_rel_micros
     return totals
+
+
+# A convolution's gradient kernels are named after the forward op they differentiate:
+# "SCOPE/gradients/FORWARD_grad/Conv2DBackpropInput" (or ...Filter).
+_CONVOLUTION_GRADIENT = re.compile(
+    r"gradients/(?P<forward>.+)_grad/Conv2DBackprop(?P<direction>Input|Filter)$")
+CONVOLUTION_DIRECTIONS = ("forward", "input gradient", "filter gradient")
+# The tower's scopes in front of a layer's name: "resnet/tower_0/".
+_TOWER_SCOPE = re.compile(r"^.*?tower_\d+/")
+
+
+@dataclasses.dataclass
+class ConvolutionLayer:
+    """One convolution of the step: its output's shape as it ran, and the summed kernel
+    microseconds of each of CONVOLUTION_DIRECTIONS over the traced steps."""
+
+    output_shape: tuple = ()
+    micros: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+def add_convolution_kernels(step_stats, layers):
+    """Add one traced step's convolution kernels to layers {forward op name:
+    ConvolutionLayer}: forward ops by their op type, gradients by their names."""
+    for device in step_stats.dev_stats:
+        for node in device.node_stats:
+            gradient = _CONVOLUTION_GRADIENT.search(node.node_name)
+            if gradient:
+                direction = "%s gradient" % gradient.group("direction").lower()
+                layers.setdefault(gradient.group("forward"), ConvolutionLayer()).micros[
+                    direction] += node.all_end_rel_micros
+            elif op_type_of(node).endswith("Conv2D"):
+                layer = layers.setdefault(node.node_name, ConvolutionLayer())
+                layer.micros["forward"] += node.all_end_rel_micros
+                if node.output:
+                    layer.output_shape = tuple(
+                        dim.size for dim in node.output[0].tensor_description.shape.dim)
+
+
+def convolution_flops(output_shape, kernel_shape):
+    """Floating-point operations of one convolution (2 per multiply-add): each output
+    element sums kernel height x width x input channels products. Each of its gradients
+    does as many."""
+    kernel_height, kernel_width, input_channels = kernel_shape[:3]
+    outputs = 1
+    for size in output_shape:
+        outputs *= size
+    return 2 * outputs * kernel_height * kernel_width * input_channels
+
+
+def _print_convolutions(graph, layers, steps):
+    """The --convolutions table: a row per layer in graph order, then all layers'."""
+    order = {op.name: index for index, op in enumerate(graph.get_operations())}
+    print()
+    print("| convolution | output | MFLOP a kernel | %s |" % " | ".join(
+        "%s: ms, GFLOP/s" % direction for direction in CONVOLUTION_DIRECTIONS))
+    print("|---|---|---|%s" % ("---|" * len(CONVOLUTION_DIRECTIONS)))
+    all_flops, all_micros = collections.Counter(), collections.Counter()
+    for name in sorted(layers, key=lambda name: order.get(name, len(order))):
+        layer = layers[name]
+        kernel_shape = graph.get_operation_by_name(name).inputs[1].shape.as_list()
+        flops = convolution_flops(layer.output_shape, kernel_shape)
+        cells = []
+        for direction in CONVOLUTION_DIRECTIONS:
+            micros = layer.micros[direction] / steps
+            cells.append(_kernel_cell(micros, flops))
+            if micros:
+                all_flops[direction] += flops
+                all_micros[direction] += micros
+        print("| %s | %s | %.1f | %s |" % (
+            _TOWER_SCOPE.sub("", name).rsplit("/", 1)[0],
+            "x".join(str(size) for size in layer.output_shape), flops / 1e6, " | ".join(cells)))
+    print("| all | | %.1f | %s |" % (all_flops["forward"] / 1e6, " | ".join(
+        _kernel_cell(all_micros[direction], all_flops[direction])
+        for direction in CONVOLUTION_DIRECTIONS)))
+
+
+def _kernel_cell(micros, flops):
+    """"ms, GFLOP/s" of a kernel that ran micros a step, or "-" if the step has none."""
+    if not micros:
+        return "-"
+    return "%.2f, %.0f" % (micros / 1000, flops / micros / 1000)
 
 
 def _hparams(args):
@@ -139,13 +229,15 @@ def main(argv):
             session.run(train_op)
             untraced_secs.append(time.perf_counter() - start)
         options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-        totals, wall_secs = collections.Counter(), []
+        totals, wall_secs, layers = collections.Counter(), [], {}
         for _ in range(args.steps):
             metadata = tf.compat.v1.RunMetadata()
             start = time.perf_counter()
             session.run(train_op, options=options, run_metadata=metadata)
             wall_secs.append(time.perf_counter() - start)
             totals.update(kernel_micros_by_op_type(metadata.step_stats))
+            add_convolution_kernels(metadata.step_stats, layers)
+        graph = session.graph
     summed = sum(totals.values())
     print("ResNet-%d, %s, %s, batch %d, %d pixels, the %s recipe's update: %d traced "
           "steps, median wall %.1f ms a step (untraced %.1f), kernel time summed over "
@@ -164,6 +256,8 @@ def main(argv):
     if rest:
         print("| (%d other op types) | %.2f | %.1f %% |" % (
             len(ranked) - args.top, rest / 1000 / args.steps, 100 * rest / summed))
+    if args.convolutions:
+        _print_convolutions(graph, layers, args.steps)
 
 
 def console_main():
