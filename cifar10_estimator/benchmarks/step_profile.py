@@ -12,10 +12,11 @@ time, not of the step's wall time, which is printed beside it, with the median w
 of the untraced warm-up steps' second half (tracing slows a step). Compare shares, and
 time whole runs with the benchmark suite.
 
---convolutions adds a table of each convolution layer's three kernels (the forward pass,
-the gradient of its input, the gradient of its filters): their time a step and the
-GFLOP/s each achieves, from the layer's shapes as the traced step ran them, so a kernel
-that runs far below the others' rate stands out.
+--convolutions adds a table of each convolution layer's kernels (the forward pass, the
+gradient of its input, the gradient of its filters): their time a step, and the GFLOP/s
+of the forward kernel and of the two gradients over the time they took together (they
+run at once), from the layer's shapes as the traced step ran them, so a layer that runs
+far below the others' rate stands out.
 
 --recipe takes a recipe's update (its weight averages, momentum, smoothing, weight decay,
 batch norm's shift rate), the depth, batch and precision staying this command's flags;
@@ -73,7 +74,7 @@ class StepProfileOptions:
                              choices=sorted(recipes.RECIPES))
     convolutions: bool = cli.option(False, "Also list each convolution layer's forward, "
                                            "input-gradient and filter-gradient kernels "
-                                           "with the GFLOP/s each achieves.",
+                                           "and the GFLOP/s they achieve.",
                                     action="store_true")
     image_size: int = cli.option(IMAGE_SIDE, "Side of the trained images: below %d, a "
                                              "--low-resolution phase's." % IMAGE_SIDE,
@@ -109,15 +110,18 @@ def kernel_micros_by_op_type(step_stats):
 # "SCOPE/gradients/FORWARD_grad/Conv2DBackpropInput" (or ...Filter).
 _CONVOLUTION_GRADIENT = re.compile(
     r"gradients/(?P<forward>.+)_grad/Conv2DBackprop(?P<direction>Input|Filter)$")
-CONVOLUTION_DIRECTIONS = ("forward", "input gradient", "filter gradient")
 # The tower's scopes in front of a layer's name: "resnet/tower_0/".
 _TOWER_SCOPE = re.compile(r"^.*?tower_\d+/")
 
 
 @dataclasses.dataclass
 class ConvolutionLayer:
-    """One convolution of the step: its output's shape as it ran, and the summed kernel
-    microseconds of each of CONVOLUTION_DIRECTIONS over the traced steps."""
+    """One convolution of the step: its output's shape as it ran and, summed over the
+    traced steps, the microseconds of its kernels ("forward", "input gradient", "filter
+    gradient") and of "both gradients": from the first of its gradient kernels' starts to
+    the last one's end in each step. The runtime runs the two gradients at once, each on a
+    share of the cores, so each one's time alone overstates what the layer's backward
+    pass costs."""
 
     output_shape: tuple = ()
     micros: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -126,19 +130,27 @@ class ConvolutionLayer:
 def add_convolution_kernels(step_stats, layers):
     """Add one traced step's convolution kernels to layers {forward op name:
     ConvolutionLayer}: forward ops by their op type, gradients by their names."""
+    gradient_spans = {}
     for device in step_stats.dev_stats:
         for node in device.node_stats:
             gradient = _CONVOLUTION_GRADIENT.search(node.node_name)
             if gradient:
-                direction = "%s gradient" % gradient.group("direction").lower()
-                layers.setdefault(gradient.group("forward"), ConvolutionLayer()).micros[
-                    direction] += node.all_end_rel_micros
+                name = gradient.group("forward")
+                layers.setdefault(name, ConvolutionLayer()).micros[
+                    "%s gradient" % gradient.group("direction").lower()] += \
+                    node.all_end_rel_micros
+                first, last = gradient_spans.get(name, (node.all_start_micros, 0))
+                gradient_spans[name] = (
+                    min(first, node.all_start_micros),
+                    max(last, node.all_start_micros + node.all_end_rel_micros))
             elif op_type_of(node).endswith("Conv2D"):
                 layer = layers.setdefault(node.node_name, ConvolutionLayer())
                 layer.micros["forward"] += node.all_end_rel_micros
                 if node.output:
                     layer.output_shape = tuple(
                         dim.size for dim in node.output[0].tensor_description.shape.dim)
+    for name, (first, last) in gradient_spans.items():
+        layers[name].micros["both gradients"] += last - first
 
 
 def convolution_flops(output_shape, kernel_shape):
@@ -153,37 +165,43 @@ def convolution_flops(output_shape, kernel_shape):
 
 
 def _print_convolutions(graph, layers, steps):
-    """The --convolutions table: a row per layer in graph order, then all layers'."""
+    """The --convolutions table: a row per layer in graph order, then all layers'. Rates
+    are of the forward kernel, and of both gradients over the time they took together."""
     order = {op.name: index for index, op in enumerate(graph.get_operations())}
     print()
-    print("| convolution | output | MFLOP a kernel | %s |" % " | ".join(
-        "%s: ms, GFLOP/s" % direction for direction in CONVOLUTION_DIRECTIONS))
-    print("|---|---|---|%s" % ("---|" * len(CONVOLUTION_DIRECTIONS)))
-    all_flops, all_micros = collections.Counter(), collections.Counter()
+    print("| convolution | output | MFLOP a kernel | forward ms | forward GFLOP/s | "
+          "input gradient ms | filter gradient ms | both gradients ms | gradients GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    sums = collections.Counter()
     for name in sorted(layers, key=lambda name: order.get(name, len(order))):
         layer = layers[name]
         kernel_shape = graph.get_operation_by_name(name).inputs[1].shape.as_list()
         flops = convolution_flops(layer.output_shape, kernel_shape)
-        cells = []
-        for direction in CONVOLUTION_DIRECTIONS:
-            micros = layer.micros[direction] / steps
-            cells.append(_kernel_cell(micros, flops))
-            if micros:
-                all_flops[direction] += flops
-                all_micros[direction] += micros
+        gradient_flops = flops * sum(
+            1 for direction in ("input gradient", "filter gradient") if layer.micros[direction])
+        micros = {kind: layer.micros[kind] / steps for kind in (
+            "forward", "input gradient", "filter gradient", "both gradients")}
+        sums.update(micros)
+        sums.update({"forward flops": flops, "gradient flops": gradient_flops})
         print("| %s | %s | %.1f | %s |" % (
             _TOWER_SCOPE.sub("", name).rsplit("/", 1)[0],
-            "x".join(str(size) for size in layer.output_shape), flops / 1e6, " | ".join(cells)))
-    print("| all | | %.1f | %s |" % (all_flops["forward"] / 1e6, " | ".join(
-        _kernel_cell(all_micros[direction], all_flops[direction])
-        for direction in CONVOLUTION_DIRECTIONS)))
+            "x".join(str(size) for size in layer.output_shape), flops / 1e6,
+            _timing_cells(micros, flops, gradient_flops)))
+    print("| all | | %.1f | %s |" % (sums["forward flops"] / 1e6, _timing_cells(
+        sums, sums["forward flops"], sums["gradient flops"])))
 
 
-def _kernel_cell(micros, flops):
-    """"ms, GFLOP/s" of a kernel that ran micros a step, or "-" if the step has none."""
-    if not micros:
-        return "-"
-    return "%.2f, %.0f" % (micros / 1000, flops / micros / 1000)
+def _timing_cells(micros, forward_flops, gradient_flops):
+    """The table's cells from "forward ms" on: milliseconds and GFLOP/s ("-": no kernel)."""
+    def milliseconds(kind):
+        return "%.2f" % (micros[kind] / 1000) if micros[kind] else "-"
+
+    def rate(flops, kind):
+        return "%.0f" % (flops / micros[kind] / 1000) if micros[kind] else "-"
+
+    return " | ".join([milliseconds("forward"), rate(forward_flops, "forward"),
+                       milliseconds("input gradient"), milliseconds("filter gradient"),
+                       milliseconds("both gradients"), rate(gradient_flops, "both gradients")])
 
 
 def _hparams(args):
