@@ -1,7 +1,7 @@
 """Where a training step's time goes, by op type, from TensorFlow's own step statistics.
 
     python -m cifar10_estimator.benchmarks.step_profile [--num-layers 20] [--precision bf16]
-        [--batch-size 64] [--steps 20] [--recipe quick] [--image-size 16]
+        [--batch-size 64] [--steps 20] [--recipe quick] [--image-size 16] [--convolutions]
 
 Builds the trainer's training graph (model_fn, one tower, a constant in-memory batch so
 the input pipeline is out of the picture), runs warm-up steps, then traces `--steps`
