@@ -27,6 +27,7 @@ phase of the trainer does.
 import argparse
 import collections
 import dataclasses
+import math
 import re
 import statistics
 import time
@@ -158,10 +159,7 @@ def convolution_flops(output_shape, kernel_shape):
     element sums kernel height x width x input channels products. Each of its gradients
     does as many."""
     kernel_height, kernel_width, input_channels = kernel_shape[:3]
-    outputs = 1
-    for size in output_shape:
-        outputs *= size
-    return 2 * outputs * kernel_height * kernel_width * input_channels
+    return 2 * math.prod(output_shape) * kernel_height * kernel_width * input_channels
 
 
 def _print_convolutions(graph, layers, steps):
