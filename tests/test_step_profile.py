@@ -62,10 +62,11 @@ def test_a_recipes_step_on_smaller_images_resizes_them_and_makes_the_recipes_upd
     assert cells[0][5] == "-"
     assert all(cell != "-" for row in cells[1:] for cell in row[3:])
     # Both gradients' time runs from the first one's start to the last one's end: at least
-    # the longer of the two, at most their sum (each rounded to 0.01 ms).
+    # the longer of the two (each rounded to 0.01 ms). It can exceed their sum when one
+    # waits for a core, so that is no bound.
     for row in cells[1:-1]:
         input_ms, filter_ms, both_ms = (float(cell) for cell in row[5:8])
-        assert max(input_ms, filter_ms) - 0.01 <= both_ms <= input_ms + filter_ms + 0.01
+        assert max(input_ms, filter_ms) - 0.01 <= both_ms
     # The layers' kernels are the op-type table's convolution kernels, by direction.
     milliseconds = {op_type: float(ms) for op_type, ms, _ in type_rows}
     for column, kind in ((3, "Conv2D"), (5, "Conv2DBackpropInput"),
