@@ -1,5 +1,6 @@
 """Shared command-line plumbing: options declared as dataclass fields and parsed into them,
-user errors turned into one line on stderr and an exit status, TensorFlow's chatter muted."""
+user errors turned into one line on stderr and an exit status, TensorFlow's chatter muted,
+a child process's environment, whether a stream is a terminal, a Markdown table."""
 
 import argparse
 import contextlib
@@ -10,6 +11,9 @@ import sys
 import tempfile
 
 from cifar10_estimator.errors import Cifar10EstimatorError, RunStopped, UsageError
+
+# The folder holding this copy of the package: a child process imports it from there.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def invoked_program():
@@ -347,3 +351,34 @@ def _not_a_deprecation_notice(record):
     """Whether a record of TensorFlow's logger is not a v1 deprecation notice, which its
     deprecation module logs as a warning at the first call of each deprecated function."""
     return record.module != "deprecation"
+
+
+def child_environment(extra=None, base=None):
+    """The environment of a child Python process that imports this copy of the package.
+
+    `base` (default os.environ) with PACKAGE_ROOT first on PYTHONPATH (and no empty entry,
+    which Python would read as the working directory), TensorFlow's C++ INFO lines muted
+    unless the environment says otherwise, and `extra` (a dict) over it all.
+    """
+    environment = dict(os.environ if base is None else base)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        path for path in (PACKAGE_ROOT, environment.get("PYTHONPATH")) if path)
+    environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    environment.update(extra or {})
+    return environment
+
+
+def is_terminal(stream):
+    """Whether `stream` is a terminal that redraws a line in place (not TERM=dumb)."""
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def markdown_table(header, rows):
+    """A Markdown table: the header's cells, then a line per row; a `|` in a cell is
+    escaped, so that it does not end the cell."""
+    def line(cells):
+        return "| %s |" % " | ".join(str(cell).replace("|", "\\|") for cell in cells)
+    return "\n".join([line(header), "|" + "---|" * len(header)] + [line(row) for row in rows])

@@ -16,6 +16,7 @@ directory fails at once.
 
 import argparse
 import dataclasses
+import logging
 import sys
 import typing
 
@@ -28,6 +29,7 @@ from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.training import console
+from cifar10_estimator.training import evaluation_dirs
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import recipes
 from cifar10_estimator.training import schedule
@@ -64,8 +66,12 @@ class Settings:
               "cifar10_estimator.generate_tfrecords. Not needed with --use-synthetic-data.",
         group="data and output")
     job_dir: str = option(
-        None, "Directory for checkpoints, TensorBoard events and eval results "
-              "(job-dir/eval). Rerunning with the same job-dir resumes.",
+        None, "Directory for checkpoints, TensorBoard events and evaluations: those during "
+              "training in job-dir/%s/ (job-dir/%s/ on the test set, without a validation "
+              "set or with --eval-subset eval), the final test evaluation in job-dir/%s/. "
+              "Rerunning with the same job-dir resumes."
+              % (evaluation_dirs.VALIDATION_DIR, evaluation_dirs.TEST_DURING_TRAINING_DIR,
+                 evaluation_dirs.evaluation_dir(report.TEST_EVAL_NAME)),
         group="data and output", required=True)
     use_synthetic_data: bool = option(
         False, "Train on one constant random batch held in memory instead of TFRecords: no "
@@ -345,24 +351,36 @@ def _run_size(settings, task):
 
 
 def _resolved_precision(settings, task):
-    """--precision, or for auto the precision this process trains in, logged in one line.
+    """--precision, or for auto the precision this process trains in.
 
-    The ps and the evaluator train nothing (evaluation computes in float32) and take
-    fp32 without measuring.
+    A trainer says in one line what auto took and why, or how a mixed precision asked
+    for by name trains on this CPU against fp32 (a warning where it is slower). The ps
+    and the evaluator train nothing (evaluation computes in float32): auto takes fp32
+    there without measuring.
     """
-    if settings.hparams.precision != precision.AUTO:
-        return settings.hparams.precision
+    requested = settings.hparams.precision
     if task and not task.is_trainer:
-        return "fp32"
+        return "fp32" if requested == precision.AUTO else requested
+    from cifar10_estimator.machine import hardware, precision_speed
+    if requested != precision.AUTO:
+        if precision.policy(requested).is_mixed and not settings.num_gpus:
+            _log_precision_line(*precision_speed.speed_line(precision.policy(requested)))
+        return requested
     if settings.hparams.deterministic:
         console.console_logger().info(
             "--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
-    from cifar10_estimator.machine import hardware, precision_speed
     name, line = precision_speed.fastest_precision(
         settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())
     console.console_logger().info(line)
     return name
+
+
+def _log_precision_line(line, is_warning):
+    if is_warning:
+        logging.getLogger("tensorflow").warning(line)
+    else:
+        console.console_logger().info(line)
 
 
 def periodic_eval_subset(settings):
@@ -404,12 +422,10 @@ def markdown_table():
         if title:
             lines += ["", "**%s**%s" % (title.capitalize(),
                                         ": " + description if description else "")]
-        lines += ["", "| flag | default | meaning |", "|---|---|---|"]
-        lines += ["| `%s` | %s | %s |" % tuple(
-                      cell.replace("|", "\\|") for cell in (
-                          _flag_with_argument(field), _default_text(field),
-                          field.metadata["help"] % {}))
-                  for field in fields if field.metadata["group"] == title]
+        lines += ["", cli.markdown_table(["flag", "default", "meaning"], [
+            ["`%s`" % _flag_with_argument(field), _default_text(field),
+             field.metadata["help"] % {}]
+            for field in fields if field.metadata["group"] == title])]
     return "\n".join(lines[1:])
 
 

@@ -9,6 +9,7 @@ Records are encoded by tfrecord_format (the on-disk format).
 """
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -17,6 +18,7 @@ import sys
 import typing
 
 from cifar10_estimator import cli
+from cifar10_estimator import files
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import download
@@ -86,28 +88,23 @@ def write_subsets(data_dir, subset_batches):
     Returns:
       dict subset -> number of examples written.
     """
-    staged = {}
-    try:
+    num_examples = {}
+    # Each file's rename waits for the block's end, when every subset is written.
+    with contextlib.ExitStack() as renames:
         for subset in cifar10_facts.SUBSETS:
             if subset in subset_batches:
-                staged[subset] = tfrecord_format.write_temporary_tfrecords(
-                    tfrecord_format.tfrecord_path(data_dir, subset), subset_batches[subset])
+                num_examples[subset] = renames.enter_context(
+                    tfrecord_format.tfrecords_written_whole(
+                        tfrecord_format.tfrecord_path(data_dir, subset), subset_batches[subset]))
         metadata = tfrecord_format.metadata_path(data_dir)
         if os.path.exists(metadata):
             os.remove(metadata)
         for subset in cifar10_facts.SUBSETS:
             path = tfrecord_format.tfrecord_path(data_dir, subset)
-            if subset in staged:
-                os.replace(staged[subset][0], path)
-            elif os.path.exists(path):
+            if subset not in num_examples and os.path.exists(path):
                 os.remove(path)
-        num_examples = {subset: count for subset, (_, count) in staged.items()}
-        tfrecord_format.write_metadata(data_dir, num_examples)
-        return num_examples
-    finally:
-        for temporary, _ in staged.values():
-            if os.path.exists(temporary):
-                os.remove(temporary)
+    tfrecord_format.write_metadata(data_dir, num_examples)
+    return num_examples
 
 
 def convert_batches(batches_dir, data_dir, num_validation_examples=None):
@@ -172,23 +169,22 @@ def obtain_batches(data_dir, url, md5, download_attempts, messages):
 
 
 def remove_stale_temporaries(data_dir):
-    """Delete what a killed conversion left in data_dir: hidden partial outputs and batches.
+    """Delete what a killed conversion left in data_dir: the temporaries of its outputs
+    (files.written_whole's) and its staged batches.
 
     A finished run removes its own; these are the files and directories of runs that
     were killed outright (they never look finished, but they take space).
     """
-    output_names = [os.path.basename(tfrecord_format.tfrecord_path(data_dir, subset))
-                    for subset in cifar10_facts.SUBSETS]
-    stale_prefixes = tuple("." + name + "." for name in output_names) + (
-        "." + cifar10_archive.BATCHES_DIRNAME + ".",)
-    metadata_temporary = os.path.basename(tfrecord_format.metadata_path(data_dir)) + ".tmp"
+    outputs = [os.path.basename(tfrecord_format.tfrecord_path(data_dir, subset))
+               for subset in cifar10_facts.SUBSETS]
+    outputs.append(os.path.basename(tfrecord_format.metadata_path(data_dir)))
+    staged_batches_prefix = "." + cifar10_archive.BATCHES_DIRNAME + "."
     for name in os.listdir(data_dir):
         path = os.path.join(data_dir, name)
-        if name.startswith(stale_prefixes) or name == metadata_temporary:
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.remove(path)
+        if name.startswith(staged_batches_prefix):
+            shutil.rmtree(path, ignore_errors=True)
+        elif any(files.is_temporary_of(name, output) for output in outputs):
+            os.remove(path)
 
 
 def convert(data_dir, url=cifar10_archive.OFFICIAL_URL, md5=cifar10_archive.OFFICIAL_MD5,

@@ -17,8 +17,7 @@ import numbers
 import os
 import typing
 
-from cifar10_estimator import file_systems
-from cifar10_estimator import json_file
+from cifar10_estimator import files
 from cifar10_estimator.cli import (between_zero_and_one, non_negative_float, non_negative_int,
                                    option, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
@@ -307,7 +306,7 @@ def save(job_dir, hparams, data_format):
     any older file."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     tf.io.gfile.makedirs(job_dir)
-    json_file.write_atomically(
+    files.write_json(
         os.path.join(job_dir, HPARAMS_FILENAME),
         {"format": HPARAMS_FORMAT, "hparams": record(hparams, data_format)})
 
@@ -328,22 +327,22 @@ def load_record(job_dir):
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
     """
-    files = file_systems.for_path(job_dir)
-    if not files.isdir(job_dir):
+    file_system = files.for_path(job_dir)
+    if not file_system.isdir(job_dir):
         raise Cifar10EstimatorError("job directory %s does not exist" % job_dir)
     path = os.path.join(job_dir, HPARAMS_FILENAME)
-    if not files.exists(path):
+    if not file_system.exists(path):
         raise Cifar10EstimatorError(
             "%s is missing: it is written when training starts; pass the --job-dir that "
             "python -m cifar10_estimator.main trained in" % path)
     known = {field.name for field in dataclasses.fields(HParams)}
     try:
-        with files.open(path) as stream:
+        with file_system.open(path) as stream:
             content = json.load(stream)
         if content["format"] != HPARAMS_FORMAT:
             raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
         values = content["hparams"]
         return (HParams(**{name: values[name] for name in known if name in values}),
                 values.get("data_format"))
-    except (ValueError, KeyError, TypeError, AttributeError) + files.errors as error:
+    except (ValueError, KeyError, TypeError, AttributeError) + file_system.errors as error:
         raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))

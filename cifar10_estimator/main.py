@@ -19,7 +19,7 @@ import os
 import random
 import sys
 
-from cifar10_estimator import file_systems
+from cifar10_estimator import files
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
@@ -67,7 +67,7 @@ def run_console_of(settings, task, startup_output):
     one per task of a cluster; a job dir that is not a local directory gets none."""
     from cifar10_estimator.training import console
     log_path = None
-    if not file_systems.is_url(settings.job_dir):
+    if not files.is_url(settings.job_dir):
         os.makedirs(settings.job_dir, exist_ok=True)
         log_path = os.path.join(settings.job_dir, console.log_file_name(task))
     with console.RunConsole(log_path, verbose=settings.verbose) as run_console:
@@ -288,12 +288,12 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
 
 
 def start_job(settings, task, run_config, data_format):
-    """What a process does before its graphs: determinism and seeds, the precision's and
-    the schedule's lines, and on the chief the job's hyper-parameters saved, with the
-    layout its network computes in (`data_format`).
+    """What a process does before its graphs: determinism and seeds, the schedule's line
+    (flags.resolve told the precision's), and on the chief the job's hyper-parameters
+    saved, with the layout its network computes in (`data_format`).
 
     Returns:
-      The cost of an evaluated image against training's precision (log_precision_speed).
+      The cost of an evaluated image against training's precision (evaluated_image_cost).
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import hparams_summary
@@ -306,8 +306,8 @@ def start_job(settings, task, run_config, data_format):
         random.seed(run_config.tf_random_seed)
     evaluation_cost = 1.0
     if not task or task.is_trainer:
-        evaluation_cost = log_precision_speed(precision.policy(hparams.precision),
-                                              settings.num_gpus, hparams)
+        evaluation_cost = evaluated_image_cost(precision.policy(hparams.precision),
+                                               settings.num_gpus, hparams)
     if run_config.is_chief:
         job_hparams.save(settings.job_dir, hparams, data_format)
         hparams_summary.write(settings.job_dir, job_hparams.record(hparams, data_format),
@@ -318,16 +318,16 @@ def start_job(settings, task, run_config, data_format):
 
 
 def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None):
-    """The process's training.progress.RunProgress: one spans the training sessions and
+    """The process's training.time_to_go.RunProgress: one spans the training sessions and
     the evaluations between them. Only a run on one machine evaluates in the process."""
-    from cifar10_estimator.training import progress as run_progress
+    from cifar10_estimator.training import time_to_go
     hparams = settings.hparams
-    return run_progress.RunProgress(
+    return time_to_go.RunProgress(
         schedule.last_step(hparams), hparams.examples_per_global_step,
-        phases=run_progress.training_phases(hparams, cifar10_facts.HEIGHT),
+        phases=time_to_go.training_phases(hparams, cifar10_facts.HEIGHT),
         evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
                      if not task else None),
-        report=run_progress.console_report(run_console) if run_console else None)
+        report=time_to_go.console_report(run_console) if run_console else None)
 
 
 def make_train_spec(settings, task, signals, progress):
@@ -347,15 +347,15 @@ def make_train_spec(settings, task, signals, progress):
 
 
 def evaluation_plan(settings, run_config, relative_cost):
-    """The training.progress.EvaluationPlan of a run on one machine, for its time to go."""
+    """The training.time_to_go.EvaluationPlan of a run on one machine."""
     from cifar10_estimator import model_fn
-    from cifar10_estimator.training import progress as run_progress
+    from cifar10_estimator.training import time_to_go
     views_per_image = model_fn.num_views(settings.hparams)
     subset = flags.periodic_eval_subset(settings)
     periodic_images = flags.eval_steps(settings, subset) * settings.eval_batch_size
     test_images = flags.eval_steps(settings, "eval") * settings.eval_batch_size
     final_images = periodic_images + (test_images if subset == "validation" else 0)
-    return run_progress.EvaluationPlan(
+    return time_to_go.EvaluationPlan(
         every_secs=settings.eval_every_secs,
         views_per_evaluation=periodic_images * views_per_image,
         final_views=final_images * views_per_image,
@@ -386,29 +386,15 @@ def _latest_step(job_dir):
     return str(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
 
 
-def log_precision_speed(precision_policy, num_gpus, hparams):
-    """On the CPU, say in one line how a mixed precision's speed compares with fp32's here:
-    a warning where it is slower (measured once per machine, see precision_speed).
-
-    Returns:
-      The cost of an evaluated image against training's precision: above 1 where
-      training is faster in a mixed precision and evaluations compute in float32.
-    """
-    if not precision_policy.is_mixed or num_gpus:
+def evaluated_image_cost(precision_policy, num_gpus, hparams):
+    """The cost of an evaluated image against training's precision: above 1 where
+    training is faster in a mixed precision and evaluations compute in float32 (as
+    measured once per machine, see precision_speed; flags.resolve told it)."""
+    if hparams.eval_in_training_precision or not precision_policy.is_mixed or num_gpus:
         return 1.0
-    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.machine import precision_speed
-    from cifar10_estimator.training import console
     speeds = precision_speed.measured_speeds(precision_policy)
-    warning = precision_speed.slower_than_fp32_warning(precision_policy, speeds)
-    speed_ratio = speeds[precision_policy.name] / speeds["fp32"]
-    if warning:
-        tf.compat.v1.logging.warning(warning)
-    else:
-        console.console_logger().info(
-            "--precision %s trains at %.2fx the speed of fp32 on this machine (measured %s)",
-            precision_policy.name, speed_ratio, speeds.get("measured", "earlier"))
-    return 1.0 if hparams.eval_in_training_precision else speed_ratio
+    return speeds[precision_policy.name] / speeds["fp32"]
 
 
 def log_schedule(hparams):

@@ -442,7 +442,7 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
     Args:
       layout: TowerLayout, the towers and variable placement.
       hparams: HParams.
-      progress: the run's training.progress.RunProgress, for training to log where it is
+      progress: the run's training.time_to_go.RunProgress, for training to log where it is
         and when it ends; None logs no progress.
       starting_values: {variable name: numpy array}, names as the checkpoints hold them
         (e.g. resnet/conv2d/kernel, see NETWORK_SCOPE): where a job's training starts

@@ -8,7 +8,7 @@ named "test"), one log line and job-dir/test_results.json.
 
 import os
 
-from cifar10_estimator import json_file
+from cifar10_estimator import files
 
 TEST_EVAL_NAME = "test"
 TEST_RESULTS_FILENAME = "test_results.json"
@@ -45,7 +45,7 @@ def test_results(metrics, num_examples, checkpoint, weights):
 
 def write_test_results(job_dir, results):
     """Write `results` to job-dir/test_results.json atomically; returns its path."""
-    return json_file.write_atomically(os.path.join(job_dir, TEST_RESULTS_FILENAME), results)
+    return files.write_json(os.path.join(job_dir, TEST_RESULTS_FILENAME), results)
 
 
 def _newest_export(job_dir, exporter_name):

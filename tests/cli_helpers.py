@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from cifar10_estimator import cli
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # TensorFlow 2.15 logs from C++ at import even when nothing is wrong (e.g. "Unable to
@@ -23,11 +25,7 @@ TENSORFLOW_CPP_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW
 
 def cli_env(extra=None):
     """Environment for a child: the repo importable, TensorFlow's C++ INFO lines muted."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    env.update(extra or {})
-    return env
+    return cli.child_environment(extra)
 
 
 def run_module(module, args, timeout=600, env=None):

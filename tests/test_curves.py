@@ -47,6 +47,21 @@ def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
     assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]
 
 
+def test_the_png_is_as_readable_as_a_file_written_plainly(tmp_path):
+    pyplot = plot._pyplot()
+    fig = pyplot.figure(figsize=(1, 1))
+    old_umask = os.umask(0o022)
+    try:
+        plot.save_png(fig, str(tmp_path / "curves.png"))
+        with open(str(tmp_path / "plain"), "w"):
+            pass
+    finally:
+        os.umask(old_umask)
+        pyplot.close(fig)
+    assert os.stat(str(tmp_path / "curves.png")).st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(str(tmp_path))) == ["curves.png", "plain"]
+
+
 def test_runs_of_other_layouts_are_told_apart_by_the_layout_hparams_json_records():
     def run(data_format):
         return runs.Run(job_dir="/x/%s" % data_format, hparams=job_hparams.DEFAULTS,

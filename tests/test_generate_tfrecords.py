@@ -3,8 +3,12 @@
 import glob
 import json
 import os
+import pathlib
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,8 +16,8 @@ import tensorflow as tf
 
 from cifar_archives import (ARCHIVE_NAME, ArchiveServer, breaks_first_request_after,
                             expected_subsets, python2_pickle, read_tfrecords, write_archive)
-from cli_helpers import assert_one_line_error, run_module
-from cifar10_estimator import cifar10, generate_tfrecords
+from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
+from cifar10_estimator import cifar10, files, generate_tfrecords
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
 from cifar10_estimator.data import image_folders
@@ -49,6 +53,16 @@ def output_files(data_dir):
 
 def tfrecords_contents(data_dir):
     return {path: open(path, "rb").read() for path in glob.glob(str(data_dir / "*.tfrecords"))}
+
+
+@pytest.fixture
+def data_dir(tmp_path, cifar_archive):
+    """A data dir holding the official-format archive of cifar_batches, and nothing else."""
+    archive, _ = cifar_archive
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+    return data_dir
 
 
 def run_main(argv):
@@ -122,11 +136,7 @@ def test_write_tfrecords_from_arrays(tmp_path):
 
 # --- conversion through the API -----------------------------------------------------------
 
-def test_convert_round_trips_every_pixel_label_and_order(tmp_path, cifar_archive, cifar_batches):
-    archive, _ = cifar_archive
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+def test_convert_round_trips_every_pixel_label_and_order(data_dir, cifar_batches):
 
     counts = generate_tfrecords.convert(str(data_dir), url=closed_port_url(), md5=None)
 
@@ -351,14 +361,11 @@ def test_malicious_batch_in_the_archive_is_refused(tmp_path, cifar_batches, caps
     assert output_files(data_dir) == []
 
 
-def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path, cifar_archive, cifar_batches):
-    archive, _ = cifar_archive
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    (data_dir / ARCHIVE_NAME).write_bytes(archive.read_bytes())
-    # What a run killed with SIGKILL leaves: hidden partial outputs and staged batches.
-    leftovers = [data_dir / ".train.tfrecords.abc123.tmp", data_dir / ".eval.tfrecords.x.tmp",
-                 data_dir / (tfrecord_format.METADATA_FILENAME + ".tmp")]
+def test_leftovers_of_a_killed_run_are_removed_by_the_next(data_dir, cifar_batches):
+    # What runs killed with SIGKILL leave: partial outputs under their temporary names,
+    # and staged batches.
+    leftovers = [pathlib.Path(files.temporary_path(str(data_dir / name))) for name in (
+        "train.tfrecords", "eval.tfrecords", tfrecord_format.METADATA_FILENAME)]
     for path in leftovers:
         path.write_bytes(b"partial")
     staged = data_dir / ".cifar-10-batches-py.q1w2e3"
@@ -374,6 +381,46 @@ def test_leftovers_of_a_killed_run_are_removed_by_the_next(tmp_path, cifar_archi
     assert unrelated.read_bytes() == b"mine"
 
 
+# A conversion in a child process, killed (SIGKILL) the moment it would rename the
+# temporary file of argv[1] into place: after the file is written whole, before it counts.
+KILLED_AT_A_RENAME = """
+import os, runpy, signal, sys
+import tensorflow as tf
+
+killed_at = sys.argv.pop(1)
+
+def killed_at_rename(rename):
+    def renamed(source, target, *args, **kwargs):
+        if os.path.basename(str(target)) == killed_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return rename(source, target, *args, **kwargs)
+    return renamed
+
+os.replace = killed_at_rename(os.replace)
+tf.io.gfile.rename = killed_at_rename(tf.io.gfile.rename)
+runpy.run_module("cifar10_estimator.generate_tfrecords", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("killed_at", ["train.tfrecords", tfrecord_format.METADATA_FILENAME])
+def test_a_conversion_killed_while_writing_leaves_nothing_finished_looking_and_the_next_cleans_up(
+        data_dir, cifar_batches, killed_at):
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT_A_RENAME, killed_at, "--data-dir", str(data_dir),
+         "--md5", "none"], cwd=REPO_ROOT, env=cli_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    # Without its metadata file no data dir is finished: the trainer refuses it.
+    assert not (data_dir / tfrecord_format.METADATA_FILENAME).exists()
+
+    generate_tfrecords.convert(str(data_dir), md5=None)
+
+    assert_outputs_hold(data_dir, cifar_batches)
+    assert sorted(os.listdir(str(data_dir))) == sorted(
+        [ARCHIVE_NAME, cifar10_archive.BATCHES_DIRNAME, tfrecord_format.METADATA_FILENAME,
+         "train.tfrecords", "validation.tfrecords", "eval.tfrecords"])
+
+
 # --- the validation split -----------------------------------------------------------------
 
 def training_pool(batches):
@@ -383,11 +430,7 @@ def training_pool(batches):
 
 
 def test_validation_examples_are_the_last_of_data_batch_1_to_5(
-        tmp_path, cifar_archive, cifar_batches, capsys):
-    archive, _ = cifar_archive
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+        data_dir, cifar_batches, capsys):
 
     assert run_main(["--data-dir", data_dir, "--md5", "none", "--validation-examples", 30]) == 0
 
@@ -403,11 +446,7 @@ def test_validation_examples_are_the_last_of_data_batch_1_to_5(
 
 
 def test_cli_no_validation_examples_trains_on_all_and_removes_the_old_validation_set(
-        tmp_path, cifar_archive, cifar_batches):
-    archive, _ = cifar_archive
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+        data_dir, cifar_batches):
     assert run_main(["--data-dir", data_dir, "--md5", "none"]) == 0
     assert tfrecord_format.has_subset(str(data_dir), "validation")
 
@@ -431,11 +470,7 @@ def test_cli_no_validation_examples_trains_on_all_and_removes_the_old_validation
     (-3, "expected 0 or a positive integer, got '-3'"),
 ])
 def test_validation_examples_leaving_no_training_is_a_usage_error(
-        tmp_path, cifar_archive, capsys, value, fragment):
-    archive, _ = cifar_archive
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    shutil.copy(str(archive), str(data_dir / ARCHIVE_NAME))
+        data_dir, capsys, value, fragment):
 
     assert run_main(["--data-dir", data_dir, "--md5", "none", "--validation-examples", value]) == 2
 
@@ -454,13 +489,3 @@ def test_has_subset_follows_the_metadata_or_else_the_files(tmp_path, tiny_data_d
     assert not tfrecord_format.has_subset(str(tmp_path), "validation")
     with pytest.raises(ValueError):
         tfrecord_format.has_subset(str(tmp_path), "test")
-
-
-def test_written_files_follow_the_umask_not_mkstemps_private_mode(tmp_path):
-    path = str(tmp_path / "shared.tfrecords")
-    old_umask = os.umask(0o022)
-    try:
-        tfrecord_format.write_tfrecords(path, np.zeros((1, 3072), np.uint8), np.zeros(1, np.int64))
-    finally:
-        os.umask(old_umask)
-    assert os.stat(path).st_mode & 0o777 == 0o644

@@ -1,7 +1,6 @@
 """ResNet building blocks and the CIFAR-10 network: shapes, sizes, data formats, training."""
 
 import functools
-import os
 import subprocess
 import sys
 
@@ -9,9 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import cifar10_model, model_base
+from cifar10_estimator import cifar10_model, cli, model_base
 
-REPOSITORY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH_NORM_DECAY = 0.9
 BATCH_NORM_EPSILON = 1e-5
 
@@ -309,11 +307,8 @@ def run_in_fresh_process(data_format, weights, tmp_path):
     output_path = tmp_path / ("outputs_%s.npz" % data_format)
     if not weights_path.exists():
         np.savez(weights_path, **weights)
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        [REPOSITORY_ROOT, environment.get("PYTHONPATH", "")])
     # oneDNN kernels run NCHW convolution and pooling on the CPU; the stock ones do not.
-    environment["TF_ENABLE_ONEDNN_OPTS"] = "1"
+    environment = cli.child_environment({"TF_ENABLE_ONEDNN_OPTS": "1"})
     process = subprocess.Popen(
         [sys.executable, __file__, data_format, str(weights_path), str(output_path)],
         env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from cifar10_estimator import flags, main
 from cifar10_estimator.machine import hardware, precision_speed
 from cifar10_estimator.training import precision
 from cli_helpers import run_module
@@ -134,3 +135,19 @@ def test_auto_takes_fp32_without_measuring_where_no_mixed_precision_is_served(
 
 def test_auto_on_gpus_is_fp32():
     assert precision_speed.fastest_precision(2, ZEN4_FLAGS, True, never_measure)[0] == "fp32"
+
+
+@pytest.mark.parametrize("asked", ["auto", "bf16"])
+def test_the_precision_a_run_trains_in_is_said_once(cache_home, monkeypatch, asked,
+                                                    tensorflow_info_messages):
+    # A machine that serves bf16 (the Zen 4's flags), measured at 1.50x fp32 before.
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: ZEN4_FLAGS)
+    monkeypatch.setattr(hardware, "onednn_enabled", lambda: True)
+    write_cache({"fp32": 560.0, "bf16": 842.0, "measured": "2026-11-28"})
+    settings = flags.resolve(flags.parse(
+        ["--job-dir", "job", "--use-synthetic-data", "--num-gpus", "0", "--precision", asked]))
+    hparams = settings.hparams
+    cost = main.evaluated_image_cost(precision.policy(hparams.precision), 0, hparams)
+    assert hparams.precision == "bf16" and cost == pytest.approx(842 / 560)
+    said = [line for line in tensorflow_info_messages if "precision" in line]
+    assert len(said) == 1 and "1.50x the speed of fp32 on this machine" in said[0], said

@@ -107,7 +107,7 @@ def describe_machine():
     """Dict describing this machine, with its derived FP32 and bf16 peaks (None if unknown)."""
     processors = hardware.read_cpuinfo()
     first = processors[0] if processors else {}
-    flags = set(first.get("flags", "").split())
+    flags = hardware.flags_of(first)
     flops_per_cycle, isa = fp32_flops_per_cycle(
         flags, first.get("vendor_id", ""), first.get("cpu family", ""))
     clock_mhz, clock_source = _clock_mhz(processors)

@@ -1,16 +1,11 @@
 """The benchmark's results (suite.run_benchmarks) as a Markdown report."""
 
 from cifar10_estimator.benchmarks import host
+from cifar10_estimator.cli import markdown_table
 
 
 def _rounds(values, fmt="%.0f"):
     return ", ".join(fmt % value for value in values)
-
-
-def _table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _machine_lines(results):
@@ -54,8 +49,8 @@ def _targets_table(results):
         rows.append([row["what"], "%.3f" % row["ratio"],
                      "%.3f-%.3f" % (row["ratio_q25"], row["ratio_q75"]), row["pairs"],
                      target, met])
-    return _table(["Comparison", "Ratio (median)", "Interquartile range", "Pairs", "Target",
-                   "Met"], rows)
+    return markdown_table(["Comparison", "Ratio (median)", "Interquartile range", "Pairs",
+                           "Target", "Met"], rows)
 
 
 def _peak_share(results, run, achieved_gflops):
@@ -79,14 +74,14 @@ def _training_table(results):
             "-" if background is None else "%.0f" % (100 * background),
             "%.1f" % achieved_gflops, _peak_share(results, run, achieved_gflops),
             "-" if run["max_rss_mb"] is None else "%.0f" % run["max_rss_mb"], _rounds(run["process_cpu_secs"])])
-    return _table(["Model", "Run", "examples/sec per round", "Median",
-                   "Others' CPU %", "GFLOP/s", "Share of peak", "Peak RSS MB",
-                   "Process CPU s per round"], rows)
+    return markdown_table(["Model", "Run", "examples/sec per round", "Median",
+                           "Others' CPU %", "GFLOP/s", "Share of peak", "Peak RSS MB",
+                           "Process CPU s per round"], rows)
 
 
 def _input_table(results):
     section = results["input_pipeline"]
-    return _table(["Pipeline", "examples/sec per round", "CPU ms/batch"], [
+    return markdown_table(["Pipeline", "examples/sec per round", "CPU ms/batch"], [
         ["original tutorial (per-record map, shuffle buffer)",
          _rounds(section["original_examples_per_sec"]),
          "%.2f" % section["original_cpu_ms_per_batch"]],
@@ -103,7 +98,8 @@ def _conversion_table(results):
         rows.append([label, _rounds(section[way]["seconds"], "%.2f"),
                      _rounds(section[way]["cpu_seconds"], "%.2f"),
                      "%.0f" % section[way]["median_images_per_sec"]])
-    return _table(["Way", "seconds per round", "CPU seconds", "Median images/sec"], rows)
+    return markdown_table(["Way", "seconds per round", "CPU seconds", "Median images/sec"],
+                          rows)
 
 
 def _flops_table(results):
@@ -116,8 +112,9 @@ def _flops_table(results):
                      "%.1f" % (counts["train_step_flops_per_example"] / 1e6),
                      "%d / %s" % (counts["trainable_parameters"], keras_parameters),
                      ", ".join(counts["uncounted_op_types"]) or "-"])
-    return _table(["Model", "Forward MFLOPs/example", "Training step MFLOPs/example",
-                   "Trainable parameters (ours / Keras)", "Op types counted as 0"], rows)
+    return markdown_table(["Model", "Forward MFLOPs/example", "Training step MFLOPs/example",
+                           "Trainable parameters (ours / Keras)", "Op types counted as 0"],
+                          rows)
 
 
 def summary(results):

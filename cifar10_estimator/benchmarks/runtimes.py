@@ -252,18 +252,17 @@ def markdown(results, facts, command, args):
         "the CPU time" % (facts["load_average_start"], facts["load_average_end"],
                           "unknown" if share is None else "%.0f %%" % (100 * share)),
         "",
-        "| Model | Runtime | Test accuracy | vs SavedModel | Top-1 agreement with the "
-        "SavedModel | Size | Latency, batch 1 | Throughput, batch %d |" % BATCH_SIZE,
-        "|---|---|---|---|---|---|---|---|",
+        cli.markdown_table(
+            ["Model", "Runtime", "Test accuracy", "vs SavedModel",
+             "Top-1 agreement with the SavedModel", "Size", "Latency, batch 1",
+             "Throughput, batch %d" % BATCH_SIZE],
+            [[result.name, result.runtime, "%.2f %%" % (100 * result.accuracy),
+              "%+.2f points" % (100 * (result.accuracy - reference.accuracy)),
+              "%.2f %% (%d/%d)" % (100.0 * result.num_agreeing / result.num_examples,
+                                   result.num_agreeing, result.num_examples),
+              _size(result.num_bytes), "%.2f ms" % result.median_latency_ms,
+              "%.0f images/s" % result.median_images_per_sec] for result in results]),
     ]
-    for result in results:
-        lines.append("| %s | %s | %.2f %% | %+.2f points | %.2f %% (%d/%d) | %s | %.2f ms | "
-                     "%.0f images/s |" % (
-                         result.name, result.runtime, 100 * result.accuracy,
-                         100 * (result.accuracy - reference.accuracy),
-                         100.0 * result.num_agreeing / result.num_examples,
-                         result.num_agreeing, result.num_examples, _size(result.num_bytes),
-                         result.median_latency_ms, result.median_images_per_sec))
     return "\n".join(lines)
 
 
@@ -281,8 +280,8 @@ def main(argv):
     print()
     print(markdown(results, facts, command, args))
     if args.json:
-        from cifar10_estimator import json_file
-        json_file.write_atomically(args.json, {
+        from cifar10_estimator import files
+        files.write_json(args.json, {
             "command": command, **facts,
             "results": [dict(dataclasses.asdict(result),
                              median_latency_ms=result.median_latency_ms,

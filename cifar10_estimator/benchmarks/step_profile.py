@@ -166,10 +166,7 @@ def _print_convolutions(graph, layers, steps):
     """The --convolutions table: a row per layer in graph order, then all layers'. Rates
     are of the forward kernel, and of both gradients over the time they took together."""
     order = {op.name: index for index, op in enumerate(graph.get_operations())}
-    print()
-    print("| convolution | output | MFLOP a kernel | forward ms | forward GFLOP/s | "
-          "input gradient ms | filter gradient ms | both gradients ms | gradients GFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
     sums = collections.Counter()
     for name in sorted(layers, key=lambda name: order.get(name, len(order))):
         layer = layers[name]
@@ -181,12 +178,16 @@ def _print_convolutions(graph, layers, steps):
             "forward", "input gradient", "filter gradient", "both gradients")}
         sums.update(micros)
         sums.update({"forward flops": flops, "gradient flops": gradient_flops})
-        print("| %s | %s | %.1f | %s |" % (
-            _TOWER_SCOPE.sub("", name).rsplit("/", 1)[0],
-            "x".join(str(size) for size in layer.output_shape), flops / 1e6,
-            _timing_cells(micros, flops, gradient_flops)))
-    print("| all | | %.1f | %s |" % (sums["forward flops"] / 1e6, _timing_cells(
-        sums, sums["forward flops"], sums["gradient flops"])))
+        rows.append([_TOWER_SCOPE.sub("", name).rsplit("/", 1)[0],
+                     "x".join(str(size) for size in layer.output_shape), "%.1f" % (flops / 1e6)]
+                    + _timing_cells(micros, flops, gradient_flops))
+    rows.append(["all", "", "%.1f" % (sums["forward flops"] / 1e6)] + _timing_cells(
+        sums, sums["forward flops"], sums["gradient flops"]))
+    print()
+    print(cli.markdown_table(
+        ["convolution", "output", "MFLOP a kernel", "forward ms", "forward GFLOP/s",
+         "input gradient ms", "filter gradient ms", "both gradients ms", "gradients GFLOP/s"],
+        rows))
 
 
 def _timing_cells(micros, forward_flops, gradient_flops):
@@ -197,9 +198,9 @@ def _timing_cells(micros, forward_flops, gradient_flops):
     def rate(flops, kind):
         return "%.0f" % (flops / micros[kind] / 1000) if micros[kind] else "-"
 
-    return " | ".join([milliseconds("forward"), rate(forward_flops, "forward"),
-                       milliseconds("input gradient"), milliseconds("filter gradient"),
-                       milliseconds("both gradients"), rate(gradient_flops, "both gradients")])
+    return [milliseconds("forward"), rate(forward_flops, "forward"),
+            milliseconds("input gradient"), milliseconds("filter gradient"),
+            milliseconds("both gradients"), rate(gradient_flops, "both gradients")]
 
 
 def _hparams(args):
@@ -262,16 +263,14 @@ def main(argv):
              args.image_size, args.recipe, args.steps, 1000 * statistics.median(wall_secs),
              1000 * statistics.median(untraced_secs[len(untraced_secs) // 2:]),
              summed / 1000 / args.steps))
-    print("| op type | ms a step | share of kernel time |")
-    print("|---|---|---|")
     ranked = totals.most_common()
-    for op_type, micros in ranked[:args.top]:
-        print("| %s | %.2f | %.1f %% |" % (op_type, micros / 1000 / args.steps,
-                                          100 * micros / summed))
+    rows = [[op_type, "%.2f" % (micros / 1000 / args.steps), "%.1f %%" % (100 * micros / summed)]
+            for op_type, micros in ranked[:args.top]]
     rest = sum(micros for _, micros in ranked[args.top:])
     if rest:
-        print("| (%d other op types) | %.2f | %.1f %% |" % (
-            len(ranked) - args.top, rest / 1000 / args.steps, 100 * rest / summed))
+        rows.append(["(%d other op types)" % (len(ranked) - args.top),
+                     "%.2f" % (rest / 1000 / args.steps), "%.1f %%" % (100 * rest / summed)])
+    print(cli.markdown_table(["op type", "ms a step", "share of kernel time"], rows))
     if args.convolutions:
         _print_convolutions(graph, layers, args.steps)
 

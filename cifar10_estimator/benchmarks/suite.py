@@ -29,7 +29,6 @@ comparison again): the report then holds those, and the ratios whose both sides 
 
 import argparse
 import dataclasses
-import json
 import os
 import shlex
 import shutil
@@ -41,6 +40,7 @@ import time
 import typing
 
 from cifar10_estimator import cli
+from cifar10_estimator import files
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -192,10 +192,8 @@ def main(argv):
 
     json_path = os.path.join(args.output_dir, JSON_FILENAME)
     markdown_path = os.path.join(args.output_dir, MARKDOWN_FILENAME)
-    with open(json_path, "w") as stream:
-        json.dump(results, stream, indent=2)
-        stream.write("\n")
-    with open(markdown_path, "w") as stream:
+    files.write_json(json_path, results)
+    with files.written_whole(markdown_path) as temporary, open(temporary, "w") as stream:
         stream.write(markdown.markdown(results))
     print(markdown.summary(results))
     print("wrote %s and %s" % (json_path, markdown_path))

@@ -25,13 +25,13 @@ import queue
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from cifar10_estimator import cli
 from cifar10_estimator.benchmarks import keras_peer
 from cifar10_estimator.benchmarks import host
 from cifar10_estimator.errors import Cifar10EstimatorError, stopped_exit_status
@@ -108,22 +108,6 @@ class Measurement:
     def mean_background_cpu_share(self):
         known = [share for share in self.background_cpu_shares if share is not None]
         return sum(known) / len(known) if known else None
-
-
-def paired_ratio(numerator, denominator):
-    """Median over turns of numerator's interval rate / denominator's, run back to back."""
-    return statistics.median(a / b for a, b in zip(numerator.interval_examples_per_sec,
-                                                    denominator.interval_examples_per_sec))
-
-
-def package_environment(extra_env=()):
-    """Environment for children: this package importable, TensorFlow's C++ INFO lines muted."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    env.update(dict(extra_env))
-    return env
 
 
 def total_steps(warmup_steps, timed_steps):
@@ -330,8 +314,8 @@ def measure_interleaved(runs, data_dir, work_dir, warmup_steps, timed_steps, rep
              else trainer_argv(run, data_dir, os.path.join(job_dir, "job"), warmup_steps,
                                timed_steps)
              for run, job_dir in zip(runs, job_dirs)]
-    interleaving = _Interleaving(runs, argvs, [package_environment(run.extra_env)
-                                               for run in runs], log_paths)
+    interleaving = _Interleaving(
+        runs, argvs, [cli.child_environment(dict(run.extra_env)) for run in runs], log_paths)
 
     def turn_of(index):
         return lambda: interleaving.take_turn(index, runs[index].batch_size)

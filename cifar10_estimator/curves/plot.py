@@ -12,11 +12,11 @@ Needs matplotlib, the optional extra: pip install -e '.[plot]'.
 
 import dataclasses
 import os
-import tempfile
 import textwrap
 import typing
 
 from cifar10_estimator import cli
+from cifar10_estimator import files
 from cifar10_estimator.curves import runs as job_runs
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -150,18 +150,12 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
 
 
 def save_png(fig, path):
-    """Write the figure to `path` whole or not at all (a temporary file, then a rename)."""
+    """Write the figure to `path` whole or not at all (files.written_whole)."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UsageError("--output %s: the folder %s does not exist" % (path, folder))
-    handle, temporary = tempfile.mkstemp(dir=folder, suffix=".png.tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            fig.savefig(stream, format="png", dpi=100)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    with files.written_whole(path) as temporary:
+        fig.savefig(temporary, format="png", dpi=100)
 
 
 def main(argv):

@@ -21,6 +21,7 @@ import tarfile
 
 import numpy as np
 
+from cifar10_estimator import files
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import tfrecord_format
@@ -145,16 +146,12 @@ def main(argv):
         raise UsageError("--output %s is a directory; name the archive file, e.g. %s"
                          % (args.output, os.path.join(args.output,
                                                       cifar10_archive.ARCHIVE_FILENAME)))
-    temporary = args.output + ".tmp"
     try:
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        write_archive(temporary, make_batches(args.images_per_batch, args.seed))
-        os.replace(temporary, args.output)
+        with files.written_whole(args.output) as temporary:
+            write_archive(temporary, make_batches(args.images_per_batch, args.seed))
     except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise Cifar10EstimatorError("cannot write %s: %s"
-                                    % (error.filename or args.output, error.strerror or error))
+        raise Cifar10EstimatorError("cannot write %s: %s" % (args.output, error.strerror or error))
     print("wrote %s: 6 batches of %d random images" % (args.output, args.images_per_batch))
 
 

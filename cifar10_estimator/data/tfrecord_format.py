@@ -16,15 +16,14 @@ result is byte-for-byte what `tf.train.Example.SerializeToString(deterministic=T
 writes, and parses exactly like the original tutorial's records.
 """
 
+import contextlib
 import json
 import os
-import tempfile
 
 import numpy as np
 
+from cifar10_estimator import files
 from cifar10_estimator.data import cifar10_facts
-from cifar10_estimator import file_systems
-from cifar10_estimator import json_file
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 # One image's bytes in a record: CIFAR-10's HEIGHT x WIDTH x DEPTH, channel-major.
@@ -56,13 +55,13 @@ def tfrecord_path(data_dir, subset):
 def check_tfrecords_exist(data_dir, subsets):
     """Raises Cifar10EstimatorError, with the command that writes them, unless data_dir
     holds the TFRecord file of every subset in `subsets`."""
-    files = file_systems.for_path(data_dir)
+    file_system = files.for_path(data_dir)
     hint = "create the TFRecords with: " + generate_command(data_dir)
-    if not files.isdir(data_dir):
+    if not file_system.isdir(data_dir):
         raise Cifar10EstimatorError("data directory %s does not exist; %s" % (data_dir, hint))
     for subset in subsets:
         filename = tfrecord_path(data_dir, subset)
-        if not files.exists(filename):
+        if not file_system.exists(filename):
             raise Cifar10EstimatorError("%s does not exist; %s" % (filename, hint))
 
 
@@ -77,7 +76,7 @@ def write_metadata(data_dir, num_examples):
       data_dir: directory holding the TFRecords.
       num_examples: dict subset name -> number of examples written.
     """
-    json_file.write_atomically(metadata_path(data_dir), {
+    files.write_json(metadata_path(data_dir), {
         "format": METADATA_FORMAT, "num_examples": dict(num_examples)})
 
 
@@ -229,44 +228,34 @@ def _write_examples(writer, images, labels):
             writer.write(records[offset:offset + RECORD_NUM_BYTES])
 
 
-def _current_umask():
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
+@contextlib.contextmanager
+def tfrecords_written_whole(path, batches):
+    """Write (images, labels) batches as Examples to a temporary of the TFRecord file `path`
+    (files.written_whole), which replaces `path` when the block ends.
 
+    Yields:
+      the number of examples written.
 
-def write_temporary_tfrecords(path, batches):
-    """Write (images, labels) batches as Examples to a hidden file beside `path`.
-
-    Returns:
-      (temporary path, number of examples); the caller renames it into place.
+    Raises:
+      Cifar10EstimatorError: the file cannot be written (e.g. the disk is full).
     """
     # Imported here: TensorFlow takes seconds to load, flag and download errors need not wait.
     import tensorflow as tf
 
-    directory, name = os.path.split(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix="." + name + ".", suffix=".tmp")
-    os.close(descriptor)
-    # mkstemp makes the file private (0600); the finished file should be as readable as
-    # any other the user writes, e.g. by the other hosts' users of a shared data dir.
-    os.chmod(temporary, 0o666 & ~_current_umask())
-    num_examples = 0
-    try:
-        with tf.io.TFRecordWriter(temporary) as writer:
-            for images, labels in batches:
-                _write_examples(writer, images, labels)
-                num_examples += len(labels)
-    except tf.errors.OpError as error:  # e.g. the disk is full
-        os.remove(temporary)
-        raise Cifar10EstimatorError("cannot write %s: %s" % (path, error.message))
-    except BaseException:
-        os.remove(temporary)
-        raise
-    return temporary, num_examples
+    with files.written_whole(path) as temporary:
+        num_examples = 0
+        try:
+            with tf.io.TFRecordWriter(temporary) as writer:
+                for images, labels in batches:
+                    _write_examples(writer, images, labels)
+                    num_examples += len(labels)
+        except tf.errors.OpError as error:
+            raise Cifar10EstimatorError("cannot write %s: %s" % (path, error.message))
+        yield num_examples
 
 
 def write_tfrecords(path, images, labels):
-    """Write one TFRecord file of Examples from in-memory arrays, atomically.
+    """Write one TFRecord file of Examples from in-memory arrays, whole or not at all.
 
     Args:
       path: the file to write; it appears only once complete.
@@ -275,9 +264,8 @@ def write_tfrecords(path, images, labels):
     Returns:
       the number of examples written.
     """
-    temporary, num_examples = write_temporary_tfrecords(path, [(images, labels)])
-    os.replace(temporary, path)
-    return num_examples
+    with tfrecords_written_whole(path, [(images, labels)]) as num_examples:
+        return num_examples
 
 
 def check_tfrecords(data_dir, subset):

@@ -13,7 +13,6 @@ stops the others and exits with status 1, naming the task.
 
 import dataclasses
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import sys
 import threading
 import time
 
+from cifar10_estimator import cli
 from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.cli import (ArgumentParser, add_options, non_negative_float,
@@ -118,13 +118,10 @@ def trainer_command(trainer_args):
 
 
 def task_environment(cluster_spec, task, base_environment=None):
-    """Environment of a task: TF_CONFIG, and this copy of the package first on the path."""
-    environment = dict(os.environ if base_environment is None else base_environment)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment["PYTHONPATH"] = os.pathsep.join(
-        path for path in (package_root, environment.get("PYTHONPATH")) if path)
-    environment["TF_CONFIG"] = tf_config(cluster_spec, task)
-    return environment
+    """Environment of a task: TF_CONFIG, and this copy of the package first on the path
+    (cli.child_environment)."""
+    return cli.child_environment({"TF_CONFIG": tf_config(cluster_spec, task)},
+                                 base=base_environment)
 
 
 class TaskProcess:

@@ -29,10 +29,20 @@ def read_cpuinfo(path=CPUINFO_PATH):
     return processors
 
 
+def first_cpu(path=CPUINFO_PATH):
+    """The first CPU's /proc/cpuinfo fields (empty where there is no cpuinfo)."""
+    processors = read_cpuinfo(path)
+    return processors[0] if processors else {}
+
+
+def flags_of(processor):
+    """A CPU's flags (a dict of read_cpuinfo's), as a set."""
+    return set(processor.get("flags", "").split())
+
+
 def cpu_flags(path=CPUINFO_PATH):
     """The first CPU's /proc/cpuinfo flags, as a set (empty where there is no cpuinfo)."""
-    processors = read_cpuinfo(path)
-    return set(processors[0].get("flags", "").split()) if processors else set()
+    return flags_of(first_cpu(path))
 
 
 def onednn_enabled():

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.machine import hardware
-from cifar10_estimator import json_file
+from cifar10_estimator import files
 
 CACHE_FORMAT = "cifar10_estimator.precision_speed/1"
 CACHE_FILENAME = "precision_speed.json"
@@ -44,9 +44,8 @@ def cache_path():
 
 def machine_key():
     """What the speeds depend on: CPU, its bf16 instructions, TensorFlow and oneDNN."""
-    processors = hardware.read_cpuinfo()
-    first = processors[0] if processors else {}
-    flags = sorted(set(first.get("flags", "").split()) & {
+    first = hardware.first_cpu()
+    flags = sorted(hardware.flags_of(first) & {
         "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_tile", "avx512f", "avx2"})
     return "%s | family %s model %s | %s | TensorFlow %s | oneDNN %s" % (
         first.get("model name", "unknown CPU"), first.get("cpu family", "?"),
@@ -89,7 +88,7 @@ def measured_speeds(precision_policy, make_probe=None):
         speeds["measured"] = datetime.date.today().isoformat()
         machines[key] = speeds
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        json_file.write_atomically(path, {"format": CACHE_FORMAT, "machines": machines})
+        files.write_json(path, {"format": CACHE_FORMAT, "machines": machines})
     return speeds
 
 
@@ -137,6 +136,19 @@ def _measure_alternately(policies, make_probe):
             {policy.name: stack.enter_context(make_probe(policy)) for policy in policies},
             PROBE_ROUNDS)
     return {name: max(result.measurements) for name, result in results.items()}
+
+
+def speed_line(precision_policy, make_probe=None):
+    """(line, slower) of a mixed precision asked for by name: how it trains against fp32
+    on this machine (measured_speeds); slower: it trains slower, and the line, a warning,
+    says to use fp32."""
+    speeds = measured_speeds(precision_policy, make_probe)
+    warning = slower_than_fp32_warning(precision_policy, speeds)
+    if warning:
+        return warning, True
+    return ("--precision %s trains at %.2fx the speed of fp32 on this machine (measured %s)"
+            % (precision_policy.name, speeds[precision_policy.name] / speeds["fp32"],
+               speeds.get("measured", "earlier"))), False
 
 
 def slower_than_fp32_warning(precision_policy, speeds):

@@ -25,13 +25,12 @@ written.
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 import typing
-import uuid
 
 import numpy as np
 
+from cifar10_estimator import files
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
                                    option_fields, parse, positive_int, quiet_tensorflow_logs,
                                    run_command, stderr_dropped_on_success)
@@ -266,8 +265,8 @@ def check_model(model, saved_model, images, images_description, tolerance):
 def write_checked(content, output, target, saved_model, images, images_description):
     """Write `content` to `output` once its runtime has loaded and checked it.
 
-    Written under a temporary name beside `output` and renamed: `output` is either the
-    old file or the whole checked new one, never part of one.
+    Written under a temporary name beside `output` and renamed (files.written_whole):
+    `output` is either the old file or the whole checked new one, never part of one.
 
     Returns:
       the Check.
@@ -275,20 +274,14 @@ def write_checked(content, output, target, saved_model, images, images_descripti
     Raises:
       Cifar10EstimatorError: the file cannot be written, or fails its check.
     """
-    base, suffix = os.path.splitext(output)
-    # The suffix stays last: it tells the runtimes what the file is.
-    temporary = "%s.tmp-%s%s" % (base, uuid.uuid4().hex, suffix)
     try:
-        with open(temporary, "wb") as stream:
-            stream.write(content)
-        check = check_model(target.runner(temporary), saved_model, images,
-                            images_description, target.tolerance)
-        os.replace(temporary, output)
+        with files.written_whole(output) as temporary:
+            with open(temporary, "wb") as stream:
+                stream.write(content)
+            check = check_model(target.runner(temporary), saved_model, images,
+                                images_description, target.tolerance)
     except OSError as error:
         raise Cifar10EstimatorError("cannot write %s (%s)" % (output, error.strerror or error))
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
     return check
 
 

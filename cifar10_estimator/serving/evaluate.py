@@ -23,7 +23,7 @@ import typing
 import numpy as np
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import json_file
+from cifar10_estimator import files
 from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
                                    option_fields, parse, positive_int, quiet_tensorflow_logs,
                                    run_command)
@@ -280,7 +280,7 @@ def main(argv):
     results.update(subset=args.subset, data_dir=args.data_dir)
     print(format_report(results, what_lines))
     if args.json:
-        json_file.write_atomically(args.json, results)
+        files.write_json(args.json, results)
 
 
 def console_main():

@@ -1,13 +1,13 @@
 """Where a job's exports are, and which one a path designates (see export.py).
 
 Imports no TensorFlow: for a local path Python's own file functions answer
-(file_systems), so that predict and convert name a missing export in a moment, before
+(files.for_path), so that predict and convert name a missing export in a moment, before
 they load TensorFlow.
 """
 
 import os
 
-from cifar10_estimator import file_systems
+from cifar10_estimator import files
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 EXPORT_SUBDIR = "export"
@@ -19,13 +19,13 @@ SAVED_MODEL_FILENAME = "saved_model.pb"
 def timestamped_exports(directory):
     """Sub-directories of `directory` named by an export timestamp and holding a complete
     SavedModel, oldest first."""
-    files = file_systems.for_path(directory)
-    if not files.isdir(directory):
+    file_system = files.for_path(directory)
+    if not file_system.isdir(directory):
         return []
-    names = [name.rstrip("/") for name in files.listdir(directory)]
+    names = [name.rstrip("/") for name in file_system.listdir(directory)]
     return [os.path.join(directory, name) for name in sorted(
         (name for name in names if name.isdigit()), key=int)
-        if files.exists(os.path.join(directory, name, SAVED_MODEL_FILENAME))]
+        if file_system.exists(os.path.join(directory, name, SAVED_MODEL_FILENAME))]
 
 
 def resolve_export_dir(path):
@@ -39,8 +39,8 @@ def resolve_export_dir(path):
     Raises:
       Cifar10EstimatorError: path holds none of these.
     """
-    files = file_systems.for_path(path)
-    if files.exists(os.path.join(path, SAVED_MODEL_FILENAME)):
+    file_system = files.for_path(path)
+    if file_system.exists(os.path.join(path, SAVED_MODEL_FILENAME)):
         return path
     candidates = [path] + [os.path.join(path, EXPORT_SUBDIR, name)
                            for name in (BEST_EXPORTER_NAME, LATEST_EXPORTER_NAME)]
@@ -48,7 +48,7 @@ def resolve_export_dir(path):
         exports = timestamped_exports(directory)
         if exports:
             return exports[-1]
-    if not files.isdir(path):
+    if not file_system.isdir(path):
         raise Cifar10EstimatorError("export directory %s does not exist" % path)
     raise Cifar10EstimatorError(
         "no SavedModel in %s: pass an export (job-dir/export/best/<timestamp>), a directory "

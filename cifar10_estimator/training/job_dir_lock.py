@@ -15,7 +15,7 @@ import os
 import socket
 import time
 
-from cifar10_estimator import file_systems
+from cifar10_estimator import files
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 LOCK_FILENAME = "trainer.lock"
@@ -38,7 +38,7 @@ class JobDirLock:
         self._descriptor = None
 
     def __enter__(self):
-        if file_systems.is_url(self.job_dir):  # an object store: no file locks there
+        if files.is_url(self.job_dir):  # an object store: no file locks there
             return self
         try:
             os.makedirs(self.job_dir, exist_ok=True)
