@@ -199,7 +199,8 @@ def make_train_input_fn(settings, task=None):
     return input_fn.make_training_input_fn(
         settings.data_dir, settings.num_towers, batch_size,
         settings.use_distortion_for_training,
-        cifar10.AugmentationConfig.from_hparams(settings.hparams), rank=trainer_rank(task))
+        cifar10.AugmentationConfig.from_hparams(settings.hparams), rank=trainer_rank(task),
+        with_example_indices=bool(settings.hparams.skip_learned))
 
 
 def make_eval_input_fn(settings, subset):
