@@ -18,6 +18,7 @@ from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn
 from cifar10_estimator.training import checkpoint_saver
+from cifar10_estimator.training import compute
 from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import lookahead
 from cifar10_estimator.training import mixed_precision
@@ -186,6 +187,15 @@ def _training_resolution(images, hparams):
             lambda side=side: tf.image.resize(images, [side, side], method="area"),
             lambda later=trained_on: later)
     return trained_on
+
+
+def training_compute(hparams):
+    """The run's training.compute.TrainingCompute: the examples of each image-size phase
+    (_training_resolution's) and the training FLOPs of one at its size
+    (cifar10_model.training_flops_per_example)."""
+    return compute.TrainingCompute.of_run(
+        hparams, cifar10.HEIGHT,
+        lambda side: cifar10_model.training_flops_per_example(hparams.num_layers, side))
 
 
 def _class_probabilities(logits):

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import cifar_archives
 from cifar10_estimator.distributed import cluster
-from cifar10_estimator import cli, flags
+from cifar10_estimator import cifar10_model, cli, flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
 from cifar10_estimator.training import recipes
@@ -226,7 +226,9 @@ def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_me
     hparams = dataclasses.replace(settings.hparams, num_workers=workers)
     trainer.log_schedule(hparams)
     plan, warning = tensorflow_info_messages
-    assert plan.endswith(described_as), plan
+    # Then the run's compute: 1000 steps of the global batch on the tutorial's ResNet-44.
+    assert plan.endswith("%s; %.1f TFLOP of training" % (described_as, 1000 * 128 * workers * (
+        cifar10_model.training_flops_per_example(44, 32)) / 1e12)), plan
     assert "the rate stays %s for the whole run" % rate in warning
 
 
