@@ -534,7 +534,7 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
                 skipping = example_skipping.LearnedExampleSkipping(
                     hparams.skip_learned, hparams.num_train_examples,
                     example_skipping.skipping_stop_step(hparams),
-                    example_skipping.phase_end_steps(hparams))
+                    [phase.end_step for phase in training_compute(hparams).phases[:-1]])
                 features, labels = chosen_examples(features, labels, skipping)
         tower_losses, tower_gradvars, tower_probabilities, update_ops = build_towers(
             features, labels, layout,

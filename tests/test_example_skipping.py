@@ -1,5 +1,7 @@
 """--skip-learned: steps leave out learned examples, weigh for them, and count what they train."""
 
+import json
+
 import numpy as np
 import tensorflow as tf
 
@@ -87,6 +89,15 @@ def test_a_run_trains_fewer_examples_than_its_steps_take_and_counts_them_per_pha
     assert counts[1] >= 5 * 16
     losses = reader.get_tensor("example_skipping/losses")
     assert np.all(np.isfinite(losses)) and np.all(losses >= 0)
+    # The compute the run reports is that of the examples it kept.
+    assert "at most" in result.stderr.split("TFLOP of training")[0].splitlines()[-1]
+    compute = json.loads((job_dir / "test_results.json").read_text())["training_compute"]
+    assert [phase["examples"] for phase in compute["phases"]] == list(counts)
+    assert compute["tflop"] < compute["planned_tflop"]
+    np.testing.assert_allclose(compute["tflop"], sum(
+        phase["mflop_per_example"] * 1e6 * phase["examples"] for phase in compute["phases"]) / 1e12,
+        rtol=1e-9)
+    assert "% of every example's" in result.stdout
 
 
 def test_a_rate_of_one_is_refused_in_one_line(tiny_data_dir, tmp_path):

@@ -87,10 +87,17 @@ class TrainingCompute:
                 self._hparams, max(first_step, phase.first_step), end)
         return total
 
+    def flops_of_counts(self, examples_per_phase):
+        """Training FLOPs of `examples_per_phase` (examples trained in each of phases), as
+        --skip-learned counts them."""
+        return sum(phase.flops_per_example * examples
+                   for phase, examples in zip(self.phases, examples_per_phase))
+
     def plan_text(self):
         """The plan line's words, e.g. '93.8 TFLOP of training (14.2 on 16-pixel images,
-        31.6 on 24, 48.0 on 32)'."""
-        text = "%s TFLOP of training" % tflop_text(self.flops() / 1e12)
+        31.6 on 24, 48.0 on 32)'; with --skip-learned those of every example, 'at most'."""
+        text = "%s%s TFLOP of training" % ("at most " if self._hparams.skip_learned else "",
+                                           tflop_text(self.flops() / 1e12))
         if len(self.phases) == 1:
             return text
         return "%s (%s)" % (text, ", ".join(
@@ -124,6 +131,15 @@ def record(training_compute, timer=None, precision_name=None, cpu_peak=None):
                     "tflop": training_compute.flops(phase.first_step, phase.end_step) / 1e12}
                    for phase in training_compute.phases],
     }
+    trained = getattr(timer, "examples_per_phase", None)
+    if trained is not None:
+        # --skip-learned: the examples the steps kept, as the checkpoints count them.
+        result["planned_tflop"] = result["tflop"]
+        result["tflop"] = training_compute.flops_of_counts(trained) / 1e12
+        for phase_record, phase, examples in zip(result["phases"], training_compute.phases,
+                                                 trained):
+            phase_record.update(examples=int(examples),
+                                tflop=phase.flops_per_example * examples / 1e12)
     if timer is None or not timer.secs:
         return result
     result.update(timed_steps=timer.steps, timed_tflop=timer.flops / 1e12,
@@ -140,6 +156,9 @@ def record(training_compute, timer=None, precision_name=None, cpu_peak=None):
 def summary_lines(compute):
     """The closing summary's lines of a run's compute (`record`'s dict)."""
     lines = ["  training compute     %s TFLOP" % tflop_text(compute["tflop"])]
+    if "planned_tflop" in compute:
+        lines[0] += " (%.0f %% of every example's %s)" % (
+            100 * compute["tflop"] / compute["planned_tflop"], tflop_text(compute["planned_tflop"]))
     if "gflop_per_sec" in compute:
         lines[0] += ", %.0f GFLOP/s over %.0f s of training steps" % (
             compute["gflop_per_sec"], compute["step_secs"])

@@ -6,11 +6,18 @@ import time
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_utils
+from cifar10_estimator.training import example_skipping
 
 
 class ComputeTimer(tf.compat.v1.train.SessionRunHook):
     """Times the training steps this process runs and adds up their FLOPs: they reached
     `flops / secs`.
+
+    With --skip-learned a step's FLOPs are those of the examples it kept: the growth of
+    the checkpoints' count of examples trained per phase (example_skipping), read after
+    each step (a read may see the update of the step in flight or not, so a step's count
+    can move to its neighbour; their sum holds), and `examples_per_phase` is that count
+    when training ends.
 
     A step's time is its session run with the hooks around it. Left out: a session's
     first step (it also sets the graph's kernels up) and a step that saved a checkpoint,
@@ -32,10 +39,24 @@ class ComputeTimer(tf.compat.v1.train.SessionRunHook):
         self._step_start = None
         self._leave_out = True
         self.checkpoint_listener = _CheckpointMark(self)
+        self._trained_counts = None
+        self._last_counts = None
+        self.examples_per_phase = None
 
     def begin(self):
         self._global_step = cifar10_utils.global_step_of_graph(self)
         self._leave_out = True
+        counts = [variable for variable in tf.compat.v1.global_variables()
+                  if variable.op.name == example_skipping.COUNTS_NAME]
+        self._trained_counts = counts[0].read_value() if counts else None
+
+    def after_create_session(self, session, coord):
+        if self._trained_counts is not None:
+            self._last_counts = session.run(self._trained_counts)
+
+    def end(self, session):
+        if self._trained_counts is not None:
+            self.examples_per_phase = [int(count) for count in session.run(self._trained_counts)]
 
     def leave_out_this_step(self):
         """Leave the step under way out of the timing."""
@@ -43,19 +64,31 @@ class ComputeTimer(tf.compat.v1.train.SessionRunHook):
 
     def before_run(self, run_context):
         self._step_start = self._clock()
-        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+        fetches = {"global_step": self._global_step}
+        if self._trained_counts is not None:
+            fetches["counts"] = self._trained_counts
+        return tf.compat.v1.train.SessionRunArgs(fetches)
 
     def after_run(self, run_context, run_values):
         secs = self._clock() - self._step_start
+        flops = self._step_flops(run_values.results["global_step"],
+                                 run_values.results.get("counts"))
         if self._leave_out:
             self._leave_out = False
             return
-        # Read in the step's own run, before or after its update: at a change of image
-        # size one step may count at the next size's cost.
-        global_step = run_values.results
-        self.flops += self.training_compute.flops(global_step, global_step + 1)
+        self.flops += flops
         self.secs += secs
         self.steps += 1
+
+
+    def _step_flops(self, global_step, counts):
+        if counts is None:
+            # Read in the step's own run, before or after its update: at a change of
+            # image size one step may count at the next size's cost.
+            return self.training_compute.flops(global_step, global_step + 1)
+        growth = [now - before for now, before in zip(counts, self._last_counts)]
+        self._last_counts = counts
+        return self.training_compute.flops_of_counts(growth)
 
 
 class _CheckpointMark(tf.compat.v1.train.CheckpointSaverListener):

@@ -29,16 +29,13 @@ from cifar10_estimator.training import schedule
 SKIPPING_STOPS_AT = 0.875
 MAX_KEPT_MULTIPLE = 16
 SCOPE = "example_skipping"
+# The checkpoints' count of the examples each image-size phase trained.
+COUNTS_NAME = SCOPE + "/examples_trained"
 
 
 def skipping_stop_step(hparams):
     """The global step from which every example trains again."""
     return int(math.floor(SKIPPING_STOPS_AT * schedule.last_step(hparams)))
-
-
-def phase_end_steps(hparams):
-    """The end steps of the run's image-size phases but the last (schedule.resolution_phases)."""
-    return [end for _, end in schedule.resolution_phases(hparams)]
 
 
 class LearnedExampleSkipping:
@@ -52,7 +49,8 @@ class LearnedExampleSkipping:
           fraction: R, the probability that a learned example is left out of a step.
           num_examples: examples in the training set (the indices' range).
           stop_step: the global step from which every example trains (skipping_stop_step).
-          phase_ends: the end steps of the image-size phases but the last (phase_end_steps).
+          phase_ends: the end steps of the image-size phases but the last, as
+            training.compute counts the phases.
         """
         self.fraction = fraction
         self._stop_step = stop_step
