@@ -306,6 +306,25 @@ def test_without_a_recipe_the_trainer_is_the_tutorials_and_says_so_in_hparams():
     assert job_hparams.DEFAULTS.recipe == "tutorial"
 
 
+# The flags the manual's measured runs of a recipe gave before it had its name.
+SPELLED_OUT = {
+    "sprint": ["--recipe", "quick", "--lower-resolution-epochs", "7",
+               "--low-resolution-epochs", "7", "--train-batch-size", "128",
+               "--learning-rate", "0.2", "--moving-average-decay", "0.998"],
+    "long": ["--recipe", "quick", "--num-layers", "20", "--train-epochs", "40",
+             "--lower-resolution-epochs", "12", "--low-resolution-epochs", "12"],
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(SPELLED_OUT))
+def test_a_named_recipe_trains_what_its_measured_command_spelled_out(recipe):
+    named = flags.parse(["--job-dir", "j", "--recipe", recipe])
+    spelled_out = flags.parse(["--job-dir", "j"] + SPELLED_OUT[recipe])
+    assert named.hparams.recipe == recipe
+    assert named == dataclasses.replace(
+        spelled_out, hparams=dataclasses.replace(spelled_out.hparams, recipe=recipe))
+
+
 @pytest.mark.parametrize("recipe", sorted(recipes.RECIPES))
 def test_a_recipe_names_only_declared_options(recipe):
     declared = {field.name for field in flags.option_fields()}
