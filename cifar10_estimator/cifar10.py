@@ -156,7 +156,7 @@ class Cifar10DataSet:
         # An empty file batches into no element at all.
         return np.zeros([0, HEIGHT, WIDTH, DEPTH], np.uint8), np.zeros([0], np.int64)
 
-    def make_dataset(self, batch_size, seeds=None, first_batch=0):
+    def make_dataset(self, batch_size, seeds=None, first_batch=0, with_indices=False):
         """An endless tf.data.Dataset of (images, labels) batches, as make_batch returns.
 
         Args:
@@ -168,6 +168,8 @@ class Cifar10DataSet:
             batches served before this one. The dataset starts with the batch it would
             have served after `first_batch` others, so a resumed run continues the
             stream where its stopped run left it.
+          with_indices: each batch also holds int64 [batch_size], the examples' indices
+            in the file (for a training that keeps something per example).
         """
         # One element: every example of the file, the seeds and where to start. Stateless
         # ops keyed by the seeds keep the streams independent and unaffected by parallel
@@ -181,11 +183,11 @@ class Cifar10DataSet:
             tf.data.Dataset.from_tensors(tf.cast(first_batch, tf.int64))))
         dataset = whole_file.flat_map(without_autograph(
             lambda examples, seeds, first_batch: self._batches(
-                examples, seeds, batch_size, first_batch))
+                examples, seeds, batch_size, first_batch, with_indices))
         ).prefetch(_PREFETCH_BATCHES)
         return dataset.with_options(_fixed_size_options())
 
-    def _batches(self, examples, seeds, batch_size, first_batch):
+    def _batches(self, examples, seeds, batch_size, first_batch, with_indices=False):
         images, labels = examples
         order_seed, crop_seed = seeds[0], seeds[1]
         num_examples = tf.shape(labels, out_type=tf.int64)[0]
@@ -212,10 +214,11 @@ class Cifar10DataSet:
         else:
             def take_images(batch_number, indices, epochs):
                 return gather_images(images, indices)
+        def take_batch(batch_number, batch):
+            images_and_labels = (take_images(batch_number, *batch), tf.gather(labels, batch[0]))
+            return images_and_labels + ((batch[0],) if with_indices else ())
         return index_batches.enumerate(start=first_batch).map(
-            without_autograph(lambda batch_number, batch: (take_images(batch_number, *batch),
-                                                           tf.gather(labels, batch[0]))),
-            num_parallel_calls=_PARALLEL_BATCHES)
+            without_autograph(take_batch), num_parallel_calls=_PARALLEL_BATCHES)
 
     def _epoch_orders(self, num_examples, seed, first_position):
         """An endless dataset of (int64 [M] order, int64 [M] epoch): the example order of

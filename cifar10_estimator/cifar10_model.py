@@ -17,6 +17,7 @@ ORIGINAL_NUM_CLASSES = 11
 
 STAGE_FILTERS = (16, 32, 64)
 STAGE_STRIDES = (1, 2, 2)
+KERNEL_SIZE = 3
 # The first convolution's kernel [3, 3, 3, 16] under the network's variable scope, named
 # as the tutorial's checkpoints name it (--patch-pca-init gives it its starting value).
 FIRST_CONV_KERNEL = "conv2d/kernel"
@@ -67,7 +68,7 @@ class ResNetCifar10(model_base.ResNet):
             x = tf.transpose(x, to_model_order)
 
         x = x / 128 - 1
-        x = self._conv(x, 3, STAGE_FILTERS[0], 1)
+        x = self._conv(x, KERNEL_SIZE, STAGE_FILTERS[0], 1)
         x = self._batch_norm(x)
         x = self._relu(x)
 
@@ -76,11 +77,47 @@ class ResNetCifar10(model_base.ResNet):
             with tf.name_scope("stage"):
                 for unit in range(self.num_units_per_stage):
                     unit_stride = stride if unit == 0 else 1
-                    x = self._residual_v1(x, 3, in_filter, out_filter, unit_stride)
+                    x = self._residual_v1(x, KERNEL_SIZE, in_filter, out_filter, unit_stride)
                     in_filter = out_filter
 
         x = self._global_avg_pool(x)
         return self._fully_connected(x, self.num_classes)
+
+
+def training_flops_per_example(num_layers, side):
+    """FLOPs of training ResNet-num_layers on one side x side image, as TensorFlow's
+    profiler counts the training graph (benchmarks/flops.py, which tests/test_compute.py
+    checks this against): 2 a multiply-add, each convolution's forward pass and its two
+    gradients, and the classifier's three matrix products.
+
+    A gradient counts as TensorFlow's statistic counts it: the convolution's input pixels
+    over its stride squared, times kernel x channels, so a strided convolution's (whose
+    input model_base pads) a little more than its forward pass. The first convolution's
+    input gradient counts too: the graph holds it, though no step runs it. Left out, as
+    under 0.2 %: the element-wise ops (the shortcuts' additions and pooling, the loss);
+    batch norm, ReLU and the update have no statistic there and count nothing either.
+    """
+    convolutions = [(cifar10.DEPTH, STAGE_FILTERS[0], 1)]
+    in_filter = STAGE_FILTERS[0]
+    for out_filter, stride in zip(STAGE_FILTERS, STAGE_STRIDES):
+        for unit in range(num_units_per_stage(num_layers)):
+            convolutions += [(in_filter, out_filter, stride if unit == 0 else 1),
+                             (out_filter, out_filter, 1)]
+            in_filter = out_filter
+    flops = 0
+    for in_filter, out_filter, stride in convolutions:
+        forward, gradient, side = _convolution_flops(side, in_filter, out_filter, stride)
+        flops += forward + 2 * gradient
+    return flops + 3 * 2 * STAGE_FILTERS[-1] * ORIGINAL_NUM_CLASSES
+
+
+def _convolution_flops(side, in_filter, out_filter, stride):
+    """(forward FLOPs, each gradient's, the output's side) of a convolution of the network
+    on a side x side input."""
+    out_side = -(-side // stride)
+    padded_side = side + KERNEL_SIZE - 1 if stride > 1 else side
+    per_pixel = 2 * KERNEL_SIZE ** 2 * in_filter * out_filter
+    return out_side ** 2 * per_pixel, padded_side ** 2 * per_pixel / stride ** 2, out_side
 
 
 def class_logits(logits):

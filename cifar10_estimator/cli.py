@@ -219,6 +219,12 @@ def between_zero_and_one(text):
                             "a number between 0 and 1 (both excluded)")
 
 
+def below_one(text):
+    """argparse type: a number from 0 up to 1, 1 excluded (0: off, for an option's rate)."""
+    return _number_at_least(text, float, lambda value: 0 <= value < 1,
+                            "a number from 0 up to 1 (1 excluded)")
+
+
 def first_line(error):
     """The first line of an exception's message (TensorFlow's carry whole stacks)."""
     message = (getattr(error, "message", None) or str(error)).strip()

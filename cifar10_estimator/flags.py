@@ -229,6 +229,9 @@ def validate(settings, task=None):
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
                          "images' patches; --use-synthetic-data has none: drop one of them")
+    if hparams.skip_learned and settings.use_synthetic_data:
+        raise UsageError("--skip-learned keeps a loss per training example; "
+                         "--use-synthetic-data repeats one random batch: drop one of them")
     if hparams.eval_shifts > MAX_EVAL_SHIFT:
         raise UsageError("--eval-shifts %d moves the images too far; use at most %d pixels "
                          "(training crops move them by up to 4)"

@@ -18,8 +18,8 @@ import os
 import typing
 
 from cifar10_estimator import files
-from cifar10_estimator.cli import (between_zero_and_one, non_negative_float, non_negative_int,
-                                   option, positive_float, positive_int)
+from cifar10_estimator.cli import (below_one, between_zero_and_one, non_negative_float,
+                                   non_negative_int, option, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import precision
@@ -219,6 +219,13 @@ class HParams:
         0.5, "With --lookahead-steps: the fraction of the way the slow weights move at "
              "each synchronisation.",
         group="optimisation", type=between_zero_and_one, metavar="A")
+    skip_learned: float = option(
+        0.0, "Each step leaves out each example it has learned (its last training loss "
+             "below the mean of all examples' last losses) with probability R, and trains "
+             "the rest, the learned ones that stay weighing for those left out; the last "
+             "eighth of the steps trains every example (InfoBatch, Qin et al. 2024). The "
+             "epochs stay, the compute falls. 0: off.",
+        group="optimisation", type=below_one, metavar="R")
     seed: typing.Optional[int] = option(
         None, "Graph-level random seed: the initial weights, the order of the training "
               "data and its augmentation follow N (recorded in hparams.json). In a cluster "

@@ -51,7 +51,8 @@ INPUT_SEEDS_NAME = "input_pipeline/seeds"
 
 
 def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
-                           augmentation=cifar10.AugmentationConfig(), rank=0):
+                           augmentation=cifar10.AugmentationConfig(), rank=0,
+                           with_example_indices=False):
     """The trainer's input_fn: the training batches from where the job's global step is.
 
     A batch is a function of the stream's seeds and its number alone (see
@@ -68,6 +69,9 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
         make_tfrecord_input_fn.
       rank: the trainer's rank in a cluster (chief 0, worker i: i + 1); each draws a
         stream of its own from the shared seeds.
+      with_example_indices: each image shard becomes a dict of its images ("images")
+        and their indices in the training set ("example_indices"), for
+        --skip-learned.
 
     Returns:
       An input_fn returning a Dataset of (image shards, label shards) tuples.
@@ -79,10 +83,22 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
             first_batch = 0 if global_step is None else tf.identity(global_step)
             dataset = cifar10.Cifar10DataSet(
                 data_dir, "train", use_distortion, augmentation
-            ).make_dataset(batch_size, seeds, first_batch)
-            return dataset.map(cifar10.without_autograph(lambda images, labels: tuple(
-                tuple(shards) for shards in split_batch_into_towers(images, labels, num_towers))))
+            ).make_dataset(batch_size, seeds, first_batch, with_example_indices)
+            return dataset.map(cifar10.without_autograph(_tower_shards(num_towers)))
     return input_fn
+
+
+def _tower_shards(num_towers):
+    """(images, labels[, indices]) -> (image shards, label shards) of split_batch_into_towers;
+    with indices, each image shard a dict of its images and their example indices."""
+    def shards(images, labels, indices=None):
+        image_shards, label_shards = split_batch_into_towers(images, labels, num_towers)
+        if indices is not None:
+            index_shards = tf.split(indices, num_towers) if num_towers > 1 else [indices]
+            image_shards = [{"images": shard, "example_indices": index_shard}
+                            for shard, index_shard in zip(image_shards, index_shards)]
+        return tuple(image_shards), tuple(label_shards)
+    return shards
 
 
 def _stream_seeds(rank):

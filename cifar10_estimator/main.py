@@ -199,7 +199,8 @@ def make_train_input_fn(settings, task=None):
     return input_fn.make_training_input_fn(
         settings.data_dir, settings.num_towers, batch_size,
         settings.use_distortion_for_training,
-        cifar10.AugmentationConfig.from_hparams(settings.hparams), rank=trainer_rank(task))
+        cifar10.AugmentationConfig.from_hparams(settings.hparams), rank=trainer_rank(task),
+        with_example_indices=bool(settings.hparams.skip_learned))
 
 
 def make_eval_input_fn(settings, subset):
@@ -246,6 +247,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
+    from cifar10_estimator.training import compute_timer
     from cifar10_estimator.training import stop_signals
 
     signals = signals or stop_signals.StopSignals(invoked_program())
@@ -262,7 +264,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
                                         starting_values(settings, task)),
         config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
-    train_spec = make_train_spec(settings, task, signals, progress)
+    timer = compute_timer.ComputeTimer(model_fn.training_compute(hparams))
+    train_spec = make_train_spec(settings, task, signals, progress, timer)
     eval_spec = make_eval_spec(settings, signals, progress)
     # A signal during the start-up (the precision probe, the graph) stops the run here.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
@@ -283,7 +286,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     if metrics:
         summary = ", ".join("%s = %s" % (key, metrics[key]) for key in sorted(metrics))
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
-        report_on_test(estimator, settings, eval_spec, metrics)
+        report_on_test(estimator, settings, eval_spec, metrics,
+                       training_compute_record(settings, timer))
     return metrics
 
 
@@ -330,8 +334,9 @@ def make_run_progress(settings, task, run_config, evaluation_cost, run_console=N
         report=time_to_go.console_report(run_console) if run_console else None)
 
 
-def make_train_spec(settings, task, signals, progress):
-    """The TrainSpec: the training input, the last step, the stop and divergence hooks."""
+def make_train_spec(settings, task, signals, progress, timer):
+    """The TrainSpec: the training input, the last step, the stop and divergence hooks, and
+    `timer`, the training.compute_timer.ComputeTimer of the steps."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import run_faults
@@ -341,9 +346,10 @@ def make_train_spec(settings, task, signals, progress):
         # Before tf.estimator's own hooks and listeners: the divergence check ends
         # training before its NanTensorHook, the stop before its evaluation.
         hooks=[stop_signals.StopAtSignalHook(signals),
-               run_faults.DivergenceHook(settings.hparams, settings.job_dir)],
+               run_faults.DivergenceHook(settings.hparams, settings.job_dir), timer],
         saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
-                          run_progress.ProgressCheckpointListener(progress)])
+                          run_progress.ProgressCheckpointListener(progress),
+                          timer.checkpoint_listener])
 
 
 def evaluation_plan(settings, run_config, relative_cost):
@@ -398,10 +404,13 @@ def evaluated_image_cost(precision_policy, num_gpus, hparams):
 
 
 def log_schedule(hparams):
-    """Log the run's length and learning rate once; warn if the rate never drops."""
+    """Log the run's length, learning rate and training compute once; warn if the rate
+    never drops."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
+    from cifar10_estimator import model_fn
     from cifar10_estimator.training import console
-    console.console_logger().info("Recipe %s. %s", hparams.recipe, schedule.describe(hparams))
+    console.console_logger().info("Recipe %s. %s; %s", hparams.recipe, schedule.describe(hparams),
+                                  model_fn.training_compute(hparams).plan_text())
     warning = schedule.never_drops_warning(hparams)
     if warning:
         tf.compat.v1.logging.warning(warning)
@@ -461,13 +470,26 @@ def make_exporters(subset):
     return [export.latest_exporter()]
 
 
-def report_on_test(estimator, settings, eval_spec, final_metrics):
+def training_compute_record(settings, timer):
+    """What test_results.json keeps of the run's compute (training.compute.record): the
+    FLOPs, the rate of the steps `timer` (a training.compute_timer.ComputeTimer) timed,
+    and on a CPU the peak of the precision it trained in."""
+    from cifar10_estimator.machine import cpu_peak
+    from cifar10_estimator.training import compute
+    return compute.record(timer.training_compute, timer,
+                          settings.hparams.precision,
+                          None if settings.num_gpus else cpu_peak.this_cpu())
+
+
+def report_on_test(estimator, settings, eval_spec, final_metrics, training_compute=None):
     """Evaluate the final checkpoint once on the test set; log, save and summarise it.
 
     Args:
       settings: the run's settings (its HParams say which weights are evaluated).
       final_metrics: the final evaluation of eval_spec, which already is the test
         evaluation when eval_spec evaluates the test set.
+      training_compute: what test_results.json keeps of the run's compute
+        (training_compute_record), or None.
     """
     from cifar10_estimator.training import console
     from cifar10_estimator.training import weight_averaging
@@ -482,7 +504,8 @@ def report_on_test(estimator, settings, eval_spec, final_metrics):
         validation_metrics = final_metrics
     results = report.test_results(
         metrics, steps * settings.eval_batch_size, checkpoint,
-        weight_averaging.evaluated_weights(settings.hparams.moving_average_decay, checkpoint))
+        weight_averaging.evaluated_weights(settings.hparams.moving_average_decay, checkpoint),
+        training_compute)
     report.write_test_results(settings.job_dir, results)
     console.console_logger().info(report.test_accuracy_line(results))
     print(report.summary(settings.job_dir,

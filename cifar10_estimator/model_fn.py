@@ -18,6 +18,8 @@ from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn
 from cifar10_estimator.training import checkpoint_saver
+from cifar10_estimator.training import compute
+from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import lookahead
 from cifar10_estimator.training import mixed_precision
 from cifar10_estimator.training import precision
@@ -187,6 +189,15 @@ def _training_resolution(images, hparams):
     return trained_on
 
 
+def training_compute(hparams):
+    """The run's training.compute.TrainingCompute: the examples of each image-size phase
+    (_training_resolution's) and the training FLOPs of one at its size
+    (cifar10_model.training_flops_per_example)."""
+    return compute.TrainingCompute.of_run(
+        hparams, cifar10.HEIGHT,
+        lambda side: cifar10_model.training_flops_per_example(hparams.num_layers, side))
+
+
 def _class_probabilities(logits):
     """Softmax over CIFAR-10's 10 classes: the network's 11th logit is never a label and
     is left out (cifar10_model.class_logits)."""
@@ -254,12 +265,24 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
     return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
 
 
-def make_resnet_tower_fn(hparams, precision_policy, data_format):
+def cross_entropies(labels, logits, label_smoothing=0.0):
+    """float32 [N]: each example's cross entropy, as mean_cross_entropy averages them."""
+    if not tf.is_tensor(label_smoothing) and not label_smoothing:
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    class_targets = (tf.one_hot(labels, cifar10.NUM_CLASSES) * (1.0 - label_smoothing)
+                     + label_smoothing / cifar10.NUM_CLASSES)
+    targets = tf.pad(class_targets, [[0, 0], [0, logits.shape[-1] - cifar10.NUM_CLASSES]])
+    return tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+
+
+def make_resnet_tower_fn(hparams, precision_policy, data_format, skipping=None):
     """tower_fn(images, labels, is_training) -> (loss, class probabilities) of the ResNet
     of `hparams` (its ModelConfig) computing in `data_format` (TowerLayout's).
 
     The loss is tower_loss's, of the OptimisationConfig of `hparams`; the probabilities
-    [N, 10] are those the predictions come from (see _inference for evaluation).
+    [N, 10] are those the predictions come from (see _inference for evaluation). With
+    `skipping` (an example_skipping.LearnedExampleSkipping) a training shard's labels are
+    chosen_examples' dict, and the loss is skipped_examples_loss's.
     """
     network = _network(cifar10_model.ModelConfig.from_hparams(hparams), data_format)
     optimisation = OptimisationConfig.from_hparams(hparams)
@@ -270,6 +293,9 @@ def make_resnet_tower_fn(hparams, precision_policy, data_format):
                              mixed_precision.compute_dtype(precision_policy))
             probabilities = _class_probabilities(logits)
             smoothing = schedule.label_smoothing(hparams, tf.compat.v1.train.get_global_step())
+            if skipping is not None:
+                return skipped_examples_loss(labels, logits, optimisation, smoothing,
+                                             skipping), probabilities
         else:
             logits, probabilities = _inference(
                 images, network, hparams, mixed_precision.compute_dtype(
@@ -284,11 +310,50 @@ def tower_loss(labels, logits, optimisation, label_smoothing):
     in evaluation, schedule.label_smoothing in training), plus weight decay over the
     trainable variables --weight-decay-scope names (decayed_variables; all of them, as in
     the tutorial, by default); optimisation: an OptimisationConfig."""
-    cross_entropy = mean_cross_entropy(labels, logits, label_smoothing)
+    return mean_cross_entropy(labels, logits, label_smoothing) + weight_decay_loss(optimisation)
+
+
+def weight_decay_loss(optimisation):
+    """--weight-decay times the squared norms (halved) of the variables it decays."""
     decayed = decayed_variables(tf.compat.v1.trainable_variables(),
                                 optimisation.weight_decay_scope)
-    return cross_entropy + optimisation.weight_decay * tf.add_n(
-        [tf.nn.l2_loss(variable) for variable in decayed])
+    return optimisation.weight_decay * tf.add_n([tf.nn.l2_loss(variable) for variable in decayed])
+
+
+def chosen_examples(features, labels, skipping):
+    """The training shards cut to the examples `skipping` (an
+    example_skipping.LearnedExampleSkipping) trains this step.
+
+    Args:
+      features: per tower a dict of "images" and their "example_indices" (the training
+        input_fn's with_example_indices).
+      labels: per tower the labels [B].
+
+    Returns:
+      (image shards, label shards): per tower the chosen images, and a dict of their
+      "labels", "example_indices" and "loss_weights".
+    """
+    global_step = tf.compat.v1.train.get_global_step()
+    image_shards, label_shards = [], []
+    for shard, shard_labels in zip(features, labels):
+        positions, weights = skipping.choose(shard["example_indices"], global_step)
+        image_shards.append(tf.gather(shard["images"], positions))
+        label_shards.append({"labels": tf.gather(shard_labels, positions),
+                             "example_indices": tf.gather(shard["example_indices"], positions),
+                             "loss_weights": weights})
+    return image_shards, label_shards
+
+
+def skipped_examples_loss(chosen, logits, optimisation, label_smoothing, skipping):
+    """tower_loss of the examples of `chosen` (chosen_examples' label dict) with their
+    weights, after keeping each one's cross entropy for the next steps' choice."""
+    losses = cross_entropies(chosen["labels"], logits, label_smoothing)
+    record = skipping.record(chosen["example_indices"], losses,
+                             tf.compat.v1.train.get_global_step())
+    with tf.control_dependencies([record]):
+        cross_entropy = tf.math.divide_no_nan(tf.reduce_sum(losses * chosen["loss_weights"]),
+                                              tf.reduce_sum(chosen["loss_weights"]))
+    return cross_entropy + weight_decay_loss(optimisation)
 
 
 def decayed_variables(variables, weight_decay_scope):
@@ -460,13 +525,20 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
         if mode == tf.estimator.ModeKeys.PREDICT:
             return _predict_spec(features, hparams)
         is_training = mode == tf.estimator.ModeKeys.TRAIN
-        loss_scale = None
+        loss_scale = skipping = None
         if is_training and precision_policy.loss_scaling:
             with tf.device(layout.consolidation_device):
                 loss_scale = mixed_precision.DynamicLossScale()
+        if is_training and hparams.skip_learned:
+            with tf.device(layout.consolidation_device):
+                skipping = example_skipping.LearnedExampleSkipping(
+                    hparams.skip_learned, hparams.num_train_examples,
+                    example_skipping.skipping_stop_step(hparams),
+                    [phase.end_step for phase in training_compute(hparams).phases[:-1]])
+                features, labels = chosen_examples(features, labels, skipping)
         tower_losses, tower_gradvars, tower_probabilities, update_ops = build_towers(
             features, labels, layout,
-            make_resnet_tower_fn(hparams, precision_policy, layout.data_format),
+            make_resnet_tower_fn(hparams, precision_policy, layout.data_format, skipping),
             is_training,
             None if loss_scale is None else loss_scale.scale)
 
@@ -476,7 +548,8 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
             # evaluations' "loss" in TensorBoard.
             loss = tf.reduce_mean(tower_losses, name="mean_loss")
             predictions = _predictions(tf.concat(tower_probabilities, axis=0))
-            stacked_labels = tf.concat(labels, axis=0)
+            stacked_labels = tf.concat([shard["labels"] if isinstance(shard, dict) else shard
+                                        for shard in labels], axis=0)
             if not is_training:
                 metrics = {"accuracy": tf.compat.v1.metrics.accuracy(
                     stacked_labels, predictions["classes"])}
@@ -489,7 +562,8 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
                 config.is_chief if config else True, loss_scale)
             logged = _training_summaries(learning_rate, loss, stacked_labels,
                                          predictions["classes"], features[0], loss_scale)
-            holders = ([] if loss_scale is None else [loss_scale]) + update_holders
+            holders = [holder for holder in (loss_scale, skipping)
+                       if holder is not None] + update_holders
             scaffold = _training_scaffold(config, holders, starting_values)
 
         return tf.estimator.EstimatorSpec(

@@ -3,12 +3,14 @@
 Evaluations during training pick the best export on the validation set; the test set
 is used once, on the final checkpoint, so that its accuracy is an honest estimate.
 That evaluation goes to job-dir/eval_test/ (the Estimator's folder for an evaluation
-named "test"), one log line and job-dir/test_results.json.
+named "test"), one log line and job-dir/test_results.json, which keeps the run's
+training compute too (training.compute).
 """
 
 import os
 
 from cifar10_estimator import files
+from cifar10_estimator.training import compute
 
 TEST_EVAL_NAME = "test"
 TEST_RESULTS_FILENAME = "test_results.json"
@@ -22,7 +24,7 @@ def test_accuracy_line(results):
         results["weights"])
 
 
-def test_results(metrics, num_examples, checkpoint, weights):
+def test_results(metrics, num_examples, checkpoint, weights, training_compute=None):
     """The JSON-ready record of a test evaluation.
 
     Args:
@@ -30,8 +32,9 @@ def test_results(metrics, num_examples, checkpoint, weights):
       num_examples: examples evaluated, each once.
       checkpoint: the checkpoint path evaluated.
       weights: which weights were evaluated (weight_averaging.evaluated_weights).
+      training_compute: the run's training compute (training.compute.record), or None.
     """
-    return {
+    results = {
         "format": TEST_RESULTS_FORMAT,
         "subset": "eval",
         "accuracy": float(metrics["accuracy"]),
@@ -41,6 +44,9 @@ def test_results(metrics, num_examples, checkpoint, weights):
         "checkpoint": checkpoint,
         "weights": weights,
     }
+    if training_compute is not None:
+        results["training_compute"] = training_compute
+    return results
 
 
 def write_test_results(job_dir, results):
@@ -76,6 +82,8 @@ def summary(job_dir, data_dir, validation_metrics, results):
     lines.append("  test accuracy        %.4f on %d examples (%s)" % (
         results["accuracy"], results["num_examples"],
         os.path.join(job_dir, TEST_RESULTS_FILENAME)))
+    if "training_compute" in results:
+        lines += compute.summary_lines(results["training_compute"])
     best = _newest_export(job_dir, export_dirs.BEST_EXPORTER_NAME)
     latest = _newest_export(job_dir, export_dirs.LATEST_EXPORTER_NAME)
     if best:

@@ -1,4 +1,5 @@
-"""How the benchmark derives a CPU's FP32 and bf16 peaks from /proc/cpuinfo."""
+"""The host a benchmark runs on: its CPU and both peaks (derived by machine.cpu_peak, whose
+rules tests/test_compute.py checks), /proc/cpuinfo, its processes' memory."""
 
 import os
 import queue
@@ -11,37 +12,6 @@ import pytest
 from cifar10_estimator.machine import hardware
 from cifar10_estimator.benchmarks import host
 from cifar10_estimator.benchmarks import training
-
-AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f"}
-AVX2 = {"sse2", "avx", "avx2", "fma"}
-
-
-@pytest.mark.parametrize("flags, vendor, family, expected", [
-    (AVX512, "GenuineIntel", "6", 64),   # Skylake-SP and later: two 512-bit FMA pipes
-    (AVX512, "AuthenticAMD", "25", 32),  # Zen 4: 512-bit instructions on 256-bit pipes
-    (AVX512, "AuthenticAMD", "26", 64),  # Zen 5 server: full-width pipes
-    (AVX2, "AuthenticAMD", "25", 32),    # Zen 3
-    (AVX2, "GenuineIntel", "6", 32),
-    ({"sse2", "avx"}, "GenuineIntel", "6", 16),
-    ({"sse2"}, "", "", 8),
-    (set(), "", "", 2),
-])
-def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, expected):
-    flops, isa = host.fp32_flops_per_cycle(flags, vendor, family)
-    assert flops == expected, isa
-
-
-@pytest.mark.parametrize("flags, fp32_flops, vendor, expected", [
-    (AVX512 | {"avx512_bf16"}, 32, "AuthenticAMD", 64),   # Zen 4: on the half-width FMA pipes
-    (AVX512 | {"avx512_bf16"}, 64, "AuthenticAMD", 128),  # Zen 5
-    (AVX512 | {"avx512_bf16"}, 64, "GenuineIntel", 64),   # Xeon without AMX: not 2x
-    (AVX512 | {"avx512_bf16", "amx_bf16"}, 64, "GenuineIntel", 1024),
-    (AVX512, 64, "GenuineIntel", None),
-])
-def test_bf16_flops_per_cycle_follow_the_vendors_dot_product_units(flags, fp32_flops, vendor,
-                                                                    expected):
-    flops, instructions = host.bf16_flops_per_cycle(flags, fp32_flops, vendor)
-    assert flops == expected, instructions
 
 
 def test_the_machine_names_its_cpu_family_and_both_peaks():

@@ -9,8 +9,11 @@ import pytest
 from PIL import Image
 
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import model_fn
+from cifar10_estimator import report
 from cifar10_estimator.curves import plot, runs
 from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.training import compute
 from cli_helpers import REPO_ROOT, assert_one_line_error, run_module
 
 pytest_plugins = ["trained_job"]
@@ -41,7 +44,8 @@ def test_the_png_shows_each_run_labelled_by_what_differs(two_jobs, tmp_path):
         assert image.format == "PNG" and image.size[0] == 900 and image.size[1] > 700
     lines = result.stdout.splitlines()
     assert lines[0].startswith("--learning-rate 0.1: 2 validation points to epoch 1.2 (")
-    assert " min), last " in lines[0] and " min" in lines[0].rsplit("test", 1)[1]
+    assert " min, " in lines[0] and " TFLOP), last " in lines[0]
+    assert " min" in lines[0].rsplit("test", 1)[1]
     assert lines[1].startswith("--learning-rate 0.05: 2 validation points to epoch 1.2 (")
     assert lines[-1] == "wrote %s" % output
     assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]
@@ -196,6 +200,31 @@ def test_minutes_count_from_the_runs_start_to_each_evaluation_and_the_test_resul
     assert list(curve.get_xdata()) == minutes
     assert list(star.get_xdata()) == [run.test_minutes]
     assert list(star.get_ydata()) == [100 * run.test_accuracy]
+
+
+def test_tflop_are_the_training_compute_to_each_evaluation_as_the_trainer_counts_it(
+        trained_job, tmp_path):
+    run = runs.read_run(trained_job.job_dir)
+    training_compute = model_fn.training_compute(run.hparams)
+    # trained_job: evaluated at steps 5 and 10 of its 10.
+    tflop = [training_compute.flops(0, 5) / 1e12, training_compute.flops() / 1e12]
+    assert [value for value, _ in run.accuracy_tflop] == tflop
+    assert run.training_tflop == tflop[-1]
+    with open(os.path.join(trained_job.job_dir, report.TEST_RESULTS_FILENAME)) as stream:
+        assert json.load(stream)["training_compute"]["tflop"] == pytest.approx(tflop[-1])
+    assert [rate for _, rate in run.learning_rate_tflop] == [
+        rate for _, rate in run.learning_rate]
+    output = tmp_path / "tflop.png"
+    result = run_module(MODULE, [trained_job.job_dir, "--output", output, "--x-axis", "tflop"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert output.exists()
+    fig = plot.figure(plot._pyplot(), [run], ["the run"], x_axis="tflop")
+    accuracy_axes, rate_axes = fig.axes
+    assert rate_axes.get_xlabel() == "TFLOP of training"
+    [curve] = accuracy_axes.get_lines()
+    assert list(curve.get_xdata()) == tflop
+    legend = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert legend[0].endswith(" after %s TFLOP" % compute.tflop_text(tflop[-1]))
 
 
 def test_a_long_legend_label_wraps_to_lines_that_fit_the_figure():

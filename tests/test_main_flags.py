@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import cifar_archives
 from cifar10_estimator.distributed import cluster
-from cifar10_estimator import cli, flags
+from cifar10_estimator import cifar10_model, cli, flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
 from cifar10_estimator.training import recipes
@@ -226,7 +226,9 @@ def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_me
     hparams = dataclasses.replace(settings.hparams, num_workers=workers)
     trainer.log_schedule(hparams)
     plan, warning = tensorflow_info_messages
-    assert plan.endswith(described_as), plan
+    # Then the run's compute: 1000 steps of the global batch on the tutorial's ResNet-44.
+    assert plan.endswith("%s; %.1f TFLOP of training" % (described_as, 1000 * 128 * workers * (
+        cifar10_model.training_flops_per_example(44, 32)) / 1e12)), plan
     assert "the rate stays %s for the whole run" % rate in warning
 
 
@@ -302,6 +304,25 @@ def test_without_a_recipe_the_trainer_is_the_tutorials_and_says_so_in_hparams():
     settings = flags.resolve(flags.parse(["--job-dir", "j"]))
     assert settings.hparams == job_hparams.DEFAULTS
     assert job_hparams.DEFAULTS.recipe == "tutorial"
+
+
+# The flags the manual's measured runs of a recipe gave before it had its name.
+SPELLED_OUT = {
+    "sprint": ["--recipe", "quick", "--lower-resolution-epochs", "7",
+               "--low-resolution-epochs", "7", "--train-batch-size", "128",
+               "--learning-rate", "0.2", "--moving-average-decay", "0.998"],
+    "long": ["--recipe", "quick", "--num-layers", "20", "--train-epochs", "40",
+             "--lower-resolution-epochs", "12", "--low-resolution-epochs", "12"],
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(SPELLED_OUT))
+def test_a_named_recipe_trains_what_its_measured_command_spelled_out(recipe):
+    named = flags.parse(["--job-dir", "j", "--recipe", recipe])
+    spelled_out = flags.parse(["--job-dir", "j"] + SPELLED_OUT[recipe])
+    assert named.hparams.recipe == recipe
+    assert named == dataclasses.replace(
+        spelled_out, hparams=dataclasses.replace(spelled_out.hparams, recipe=recipe))
 
 
 @pytest.mark.parametrize("recipe", sorted(recipes.RECIPES))

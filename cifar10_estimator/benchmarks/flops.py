@@ -43,16 +43,19 @@ def _uncounted_op_types(graph):
     return sorted(uncounted)
 
 
-def _image_batch(batch_size):
-    return tf.compat.v1.placeholder(tf.float32, [batch_size, cifar10.HEIGHT,
-                                                 cifar10.WIDTH, cifar10.DEPTH])
+def _image_batch(batch_size, side):
+    return tf.compat.v1.placeholder(tf.float32, [batch_size, side, side, cifar10.DEPTH])
 
 
-def count_model_flops(num_layers, batch_size, data_format="channels_last"):
-    """FLOPs per example of the ResNet's inference forward pass and of one training step.
+def count_model_flops(num_layers, batch_size, data_format="channels_last",
+                      image_side=cifar10.HEIGHT):
+    """FLOPs per example of the ResNet's inference forward pass and of one training step,
+    on images of image_side pixels a side.
 
     The training step is the package's own model_fn graph (one tower): forward, loss with
-    weight decay, gradients, momentum update, summaries.
+    weight decay, gradients, momentum update, summaries. The trainer counts its runs'
+    compute from the network's shapes instead (cifar10_model.training_flops_per_example),
+    which a test checks against this count.
 
     Returns:
       dict with forward_flops_per_example, train_step_flops_per_example,
@@ -61,7 +64,8 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last"):
     with tf.Graph().as_default() as forward_graph:
         model = cifar10_model.ResNetCifar10.from_config(
             cifar10_model.ModelConfig(num_layers=num_layers), False, data_format)
-        model.forward_pass(_image_batch(batch_size), input_data_format="channels_last")
+        model.forward_pass(_image_batch(batch_size, image_side),
+                           input_data_format="channels_last")
         forward_flops = _graph_flops(forward_graph)
 
     with tf.Graph().as_default() as train_graph:
@@ -69,7 +73,8 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last"):
         build_model = model_fn.make_model_fn(
             model_fn.TowerLayout.for_devices(0, data_format=data_format), hparams)
         labels = tf.compat.v1.placeholder(tf.int32, [batch_size])
-        build_model([_image_batch(batch_size)], [labels], tf.estimator.ModeKeys.TRAIN, None)
+        build_model([_image_batch(batch_size, image_side)], [labels],
+                    tf.estimator.ModeKeys.TRAIN, None)
         trainable_parameters = sum(variable.shape.num_elements()
                                    for variable in tf.compat.v1.trainable_variables())
         train_flops = _graph_flops(train_graph)

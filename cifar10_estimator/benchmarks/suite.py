@@ -14,7 +14,7 @@ measurement and the ratios against their targets):
   5. generate_tfrecords against the original conversion, on a 60000-image archive in
      the official format (benchmark_conversion);
   6. FLOPs per example counted from the graph (benchmark_flops) x examples/sec, as a
-     fraction of the FP32 peak derived from the CPU (benchmarks.host), or of its bf16
+     fraction of the FP32 peak derived from the CPU (machine.cpu_peak), or of its bf16
      peak for bf16 runs, and the peak resident memory of every run;
   7. --precision bf16 against fp32, for the trainer and for Keras (mixed_bfloat16), where
      the CPU has bfloat16 instructions; fp16 only runs on GPUs, which this CPU benchmark

@@ -1,6 +1,6 @@
 """python -m cifar10_estimator.curves: the accuracy of the evaluations during training
 (validation, or test for a job without a validation set) and the learning rate against
-epochs or wall-clock minutes.
+epochs, wall-clock minutes or TFLOP of training.
 
     python -m cifar10_estimator.curves JOB [JOB ...] --output curves.png \
         [--reference 86.97 "the paper's schedule, 182 epochs (test)"] [--x-axis minutes]
@@ -19,11 +19,13 @@ from cifar10_estimator import cli
 from cifar10_estimator import files
 from cifar10_estimator.curves import runs as job_runs
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.training import compute
 
 MATPLOTLIB_MISSING = ("drawing curves needs matplotlib, which is not installed: "
                       "pip install -e '.[plot]' (or pip install matplotlib)")
 # --x-axis: what the shared horizontal axis counts.
-X_AXIS_LABELS = {"epochs": "epochs", "minutes": "wall-clock minutes since the run started"}
+X_AXIS_LABELS = {"epochs": "epochs", "minutes": "wall-clock minutes since the run started",
+                 "tflop": "TFLOP of training"}
 # The accuracy axis, by the sets the runs were evaluated on during training.
 ACCURACY_LABELS = {
     ("validation",): "validation accuracy (%)",
@@ -53,9 +55,10 @@ class CurvesOptions:
               "look closely at the end of the runs.",
         type=float, metavar="PERCENT")
     x_axis: str = cli.option(
-        "epochs", "epochs of the training set, or minutes since each run started (time to "
+        "epochs", "epochs of the training set, minutes since each run started (time to "
                   "accuracy; the test result is drawn as a star where the run wrote it, at "
-                  "the end of the whole command).",
+                  "the end of the whole command), or TFLOP of training as the trainer counts "
+                  "them (compute to accuracy, the same on every machine).",
         choices=sorted(X_AXIS_LABELS))
     title: typing.Optional[str] = cli.option(None, "The figure's title.")
 
@@ -88,14 +91,16 @@ LEGEND_LINE_HEIGHT = 0.22
 LEGEND_LINE_CHARACTERS = 140
 
 
-def _with_test_result(run, label, in_minutes):
+def _with_test_result(run, label, x_axis):
     if run.evaluated_on == "test":
         label += TEST_CURVE_MARK
     if run.test_accuracy is None:
         return label
     label = "%s: test %.2f %%" % (label, 100 * run.test_accuracy)
-    if in_minutes:
+    if x_axis == "minutes":
         label += " at %.1f min" % run.test_minutes
+    elif x_axis == "tflop":
+        label += " after %s TFLOP" % compute.tflop_text(run.training_tflop)
     return label
 
 
@@ -107,10 +112,10 @@ def _legend_text(label):
 def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
            x_axis="epochs"):
     """The matplotlib Figure: accuracy above, learning rate below, one shared axis of
-    epochs or minutes (`x_axis`), and the legend under both (long labels would hide the
-    curves inside a panel)."""
+    epochs, minutes or TFLOP (`x_axis`), and the legend under both (long labels would hide
+    the curves inside a panel)."""
     in_minutes = x_axis == "minutes"
-    run_labels = [_legend_text(_with_test_result(run, label, in_minutes))
+    run_labels = [_legend_text(_with_test_result(run, label, x_axis))
                   for run, label in zip(runs, labels)]
     reference_labels = [_legend_text("%s: %.2f %%" % (label, percent))
                         for percent, label in references]
@@ -120,13 +125,13 @@ def figure(pyplot, runs, labels, references=(), title=None, accuracy_min=None,
         2, 1, sharex=True, figsize=(9, PANELS_HEIGHT + legend_height),
         gridspec_kw={"height_ratios": [3, 1]})
     for run, label in zip(runs, run_labels):
-        positions, accuracies = zip(*(run.accuracy_minutes if in_minutes else run.accuracy))
+        accuracy_points, rate_points = run.points(x_axis)
+        positions, accuracies = zip(*accuracy_points)
         line, = accuracy_axes.plot(positions, [100 * value for value in accuracies],
                                    marker=".", label=label)
         if in_minutes and run.test_accuracy is not None:
             accuracy_axes.plot([run.test_minutes], [100 * run.test_accuracy], marker="*",
                                markersize=10, color=line.get_color())
-        rate_points = run.learning_rate_minutes if in_minutes else run.learning_rate
         if rate_points:
             rate_positions, rates = zip(*rate_points)
             rate_axes.plot(rate_positions, rates, color=line.get_color())
@@ -176,9 +181,10 @@ def main(argv):
     for run, label in zip(runs, labels):
         last_epoch, last_accuracy = run.accuracy[-1]
         last_minutes, _ = run.accuracy_minutes[-1]
-        print("%s: %d %s points to epoch %.1f (%.1f min), last %.2f %%%s" % (
+        last_tflop, _ = run.accuracy_tflop[-1]
+        print("%s: %d %s points to epoch %.1f (%.1f min, %s TFLOP), last %.2f %%%s" % (
             label, len(run.accuracy), run.evaluated_on, last_epoch, last_minutes,
-            100 * last_accuracy,
+            compute.tflop_text(last_tflop), 100 * last_accuracy,
             "" if run.test_accuracy is None else ", test %.2f %% at %.1f min" % (
                 100 * run.test_accuracy, run.test_minutes)))
     print("wrote %s" % args.output)

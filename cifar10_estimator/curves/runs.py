@@ -23,11 +23,13 @@ LEARNING_RATE_TAG = "learning_rate"
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One job directory's curves, in epochs of its training set and in wall-clock minutes.
+    """One job directory's curves, in epochs of its training set, in wall-clock minutes and
+    in TFLOP of training.
 
     Minutes count from the run's start (when it wrote hparams.json or its first training
     summary, whichever came first) to when a value was written; a run stopped and resumed
-    counts the pause too.
+    counts the pause too. TFLOP are the training compute up to a value's global step, as
+    the trainer counts it from the run's hyper-parameters (training.compute).
 
     Attributes:
       job_dir: where it was read.
@@ -37,6 +39,8 @@ class Run:
       test_accuracy: the one final test evaluation (0..1), None before it ran.
       accuracy_minutes, learning_rate_minutes: the same values against minutes.
       test_minutes: when the test result was written, in minutes, or None.
+      accuracy_tflop, learning_rate_tflop: the same values against TFLOP of training.
+      training_tflop: the whole run's training compute in TFLOP.
       data_format: the layout its network computed in, as hparams.json records it beside
         the HParams (the devices chose it), or None.
       evaluated_on: the set `accuracy` was measured on, "validation" or "test".
@@ -52,6 +56,16 @@ class Run:
     test_minutes: typing.Optional[float] = None
     data_format: typing.Optional[str] = None
     evaluated_on: str = "validation"
+    accuracy_tflop: list = dataclasses.field(default_factory=list)
+    learning_rate_tflop: list = dataclasses.field(default_factory=list)
+    training_tflop: typing.Optional[float] = None
+
+    def points(self, x_axis):
+        """(accuracy points, learning rate points) against x_axis: 'epochs', 'minutes' or
+        'tflop'."""
+        return {"epochs": (self.accuracy, self.learning_rate),
+                "minutes": (self.accuracy_minutes, self.learning_rate_minutes),
+                "tflop": (self.accuracy_tflop, self.learning_rate_tflop)}[x_axis]
 
 
 def read_run(job_dir):
@@ -63,6 +77,8 @@ def read_run(job_dir):
     hparams, data_format = job_hparams.load_record(job_dir)
     epochs_per_step = hparams.examples_per_global_step / hparams.num_train_examples
     evaluated_on, evaluations = _evaluations_during_training(job_dir)
+    from cifar10_estimator import model_fn  # lazy: keeps curves' --help and errors fast
+    training_compute = model_fn.training_compute(hparams)
     rates = _scalar_by_step(job_dir, LEARNING_RATE_TAG)
     start = _start_time(job_dir)
     test_path = os.path.join(job_dir, report.TEST_RESULTS_FILENAME)
@@ -77,7 +93,12 @@ def read_run(job_dir):
                    rates, lambda _, wall_time: (wall_time - start) / 60),
                test_minutes=None if test_accuracy is None
                else (os.path.getmtime(test_path) - start) / 60,
-               data_format=data_format, evaluated_on=evaluated_on)
+               data_format=data_format, evaluated_on=evaluated_on,
+               accuracy_tflop=_against(
+                   evaluations, lambda step, _: training_compute.flops(0, step) / 1e12),
+               learning_rate_tflop=_against(
+                   rates, lambda step, _: training_compute.flops(0, step) / 1e12),
+               training_tflop=training_compute.flops() / 1e12)
 
 
 def _evaluations_during_training(job_dir):

@@ -1,0 +1,231 @@
+"""Each run's training compute: the FLOPs of its phases counted from the network's shapes
+(against TensorFlow's profiler), the rate its steps reach against the CPU's peak, and the
+plan line, summary and test_results.json that show them."""
+
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10_estimator import cifar10_model
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import model_fn
+from cifar10_estimator import report
+from cifar10_estimator.benchmarks import flops as profiled
+from cifar10_estimator.machine import cpu_peak
+from cifar10_estimator.training import compute
+from cifar10_estimator.training import compute_timer
+from cifar10_estimator.training import recipes
+
+pytest_plugins = ["trained_job"]
+
+
+def recipe_hparams(recipe, num_train_examples):
+    """The HParams of a named recipe on a training set of num_train_examples."""
+    fields = {field.name for field in dataclasses.fields(job_hparams.HParams)}
+    values = {name: value for name, value in recipes.RECIPES[recipe].items() if name in fields}
+    return job_hparams.HParams(recipe=recipe, num_train_examples=num_train_examples, **values)
+
+
+@pytest.mark.parametrize("num_layers, side", [(8, 32), (8, 13)])
+def test_an_example_costs_what_tensorflows_profiler_counts_in_the_training_graph(
+        num_layers, side):
+    # 13 pixels: the strided convolutions' padded inputs are odd.
+    counted = profiled.count_model_flops(num_layers, 16, image_side=side)
+    assert cifar10_model.training_flops_per_example(num_layers, side) == pytest.approx(
+        counted["train_step_flops_per_example"], rel=0.01)
+
+
+def test_the_sprint_and_quick_recipes_train_with_94_and_107_tflop():
+    # ResNet-14: 160.2 MFLOP an example at 32 pixels; the sprint recipe on all 50000
+    # training images, the quick one on the 45000-image split.
+    sprint = model_fn.training_compute(recipe_hparams("sprint", 50000))
+    assert [(phase.image_side, phase.first_step, phase.end_step) for phase in sprint.phases] == [
+        (16, 0, 2730), (24, 2730, 5460), (32, 5460, 7800)]
+    assert [sprint.examples(phase) for phase in sprint.phases] == [349440, 349440, 299520]
+    assert sprint.phases[-1].flops_per_example == pytest.approx(160.2e6, rel=1e-3)
+    assert sprint.flops() / 1e12 == pytest.approx(93.8, abs=0.05)
+    assert sprint.plan_text() == (
+        "93.8 TFLOP of training (14.2 on 16-pixel images, 31.6 on 24, 48.0 on 32)")
+    quick = model_fn.training_compute(recipe_hparams("quick", 45000))
+    assert quick.flops() / 1e12 == pytest.approx(106.5, abs=0.05)
+    assert model_fn.training_compute(recipe_hparams("paper", 45000)).plan_text() == (
+        "2008.4 TFLOP of training")
+
+
+def test_the_flops_of_steps_add_up_to_the_phases_and_the_run():
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=10, num_train_examples=100,
+                                  train_epochs=4, low_resolution_epochs=1,
+                                  lower_resolution_epochs=1, lower_resolution=12)
+    run = model_fn.training_compute(hparams)
+    assert [(phase.image_side, phase.end_step) for phase in run.phases] == [
+        (12, 10), (24, 20), (32, 40)]
+    per_step = [run.flops(step, step + 1) for step in range(40)]
+    assert per_step[0] == 10 * cifar10_model.training_flops_per_example(8, 12)
+    assert per_step[10] == 10 * cifar10_model.training_flops_per_example(8, 24)
+    assert sum(per_step) == pytest.approx(run.flops())
+    assert run.flops(0, 20) == pytest.approx(sum(per_step[:20]))
+
+
+def test_the_examples_a_phase_trains_are_counted_in_one_place(monkeypatch):
+    hparams = job_hparams.HParams(num_layers=8, train_steps=10)
+    whole = model_fn.training_compute(hparams).flops()
+    # What an option training on half of each batch would change.
+    counted = compute.examples_trained
+    monkeypatch.setattr(compute, "examples_trained",
+                        lambda *arguments: counted(*arguments) // 2)
+    halved = model_fn.training_compute(hparams)
+    assert halved.flops() == pytest.approx(whole / 2)
+    assert halved.flops(0, 1) == pytest.approx(whole / 20)
+
+
+def zen4(cores=2, clock_mhz=2600.0):
+    """The CpuPeak of a Zen 4 (cpu family 25 with AVX-512 and AVX512_BF16)."""
+    return cpu_peak.CpuPeak(cores=cores, clock_mhz=clock_mhz, clock_source="test",
+                            vector_isa="AVX-512 with FMA on 256-bit pipes (AMD Zen 4)",
+                            fp32_flops_per_cycle=32, bf16_flops_per_cycle=64,
+                            bf16_instructions="AVX512_BF16 dot products")
+
+
+def test_the_peak_is_cores_times_clock_times_flops_a_cycle_in_each_precision():
+    peak = zen4()
+    assert peak.gflops("float32") == pytest.approx(166.4)
+    assert peak.gflops("bfloat16") == pytest.approx(332.8)
+    assert peak.derivation("bfloat16").startswith("2 cores x 2600 MHz x 64 bf16 FLOPs/cycle")
+    without_bf16 = dataclasses.replace(peak, bf16_flops_per_cycle=None,
+                                       bf16_instructions="no bfloat16 instructions")
+    assert without_bf16.gflops("bfloat16") is None
+    assert without_bf16.derivation("bfloat16") == "no bfloat16 instructions"
+    assert dataclasses.replace(peak, clock_mhz=None).gflops("float32") is None
+
+
+AVX512 = {"sse2", "avx", "avx2", "fma", "avx512f"}
+AVX2 = {"sse2", "avx", "avx2", "fma"}
+
+
+@pytest.mark.parametrize("flags, vendor, family, expected", [
+    (AVX512, "GenuineIntel", "6", 64),   # Skylake-SP and later: two 512-bit FMA pipes
+    (AVX512, "AuthenticAMD", "25", 32),  # Zen 4: 512-bit instructions on 256-bit pipes
+    (AVX512, "AuthenticAMD", "26", 64),  # Zen 5 server: full-width pipes
+    (AVX2, "AuthenticAMD", "25", 32),    # Zen 3
+    (AVX2, "GenuineIntel", "6", 32),
+    ({"sse2", "avx"}, "GenuineIntel", "6", 16),
+    ({"sse2"}, "", "", 8),
+    (set(), "", "", 2),
+])
+def test_fp32_flops_per_cycle_follow_the_vector_units(flags, vendor, family, expected):
+    flops, isa = cpu_peak.fp32_flops_per_cycle(flags, vendor, family)
+    assert flops == expected, isa
+
+
+@pytest.mark.parametrize("flags, fp32_flops, vendor, expected", [
+    (AVX512 | {"avx512_bf16"}, 32, "AuthenticAMD", 64),   # Zen 4: on the half-width FMA pipes
+    (AVX512 | {"avx512_bf16"}, 64, "AuthenticAMD", 128),  # Zen 5
+    (AVX512 | {"avx512_bf16"}, 64, "GenuineIntel", 64),   # Xeon without AMX: not 2x
+    (AVX512 | {"avx512_bf16", "amx_bf16"}, 64, "GenuineIntel", 1024),
+    (AVX512, 64, "GenuineIntel", None),
+])
+def test_bf16_flops_per_cycle_follow_the_vendors_dot_product_units(flags, fp32_flops, vendor,
+                                                                    expected):
+    flops, instructions = cpu_peak.bf16_flops_per_cycle(flags, fp32_flops, vendor)
+    assert flops == expected, instructions
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class Evaluation(tf.compat.v1.train.CheckpointSaverListener):
+    """What train_and_evaluate does after a checkpoint: here, 100 seconds pass."""
+
+    def __init__(self, clock):
+        self._clock = clock
+
+    def after_save(self, session, global_step_value):
+        self._clock.now += 100.0
+
+
+def test_the_timer_adds_up_the_steps_time_and_flops_leaving_out_checkpoints_and_evaluations(
+        tmp_path):
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=10, train_steps=20)
+    clock = FakeClock()
+    timer = compute_timer.ComputeTimer(model_fn.training_compute(hparams), clock)
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.control_dependencies([tf.numpy_function(
+                lambda: np.float32(setattr(clock, "now", clock.now + 0.5) or 0), [],
+                tf.float32)]):
+            step = global_step.assign_add(1)
+        # As in tf.estimator, the chief's checkpoint hook (and the evaluation that its
+        # listener runs) comes before the run's own hooks.
+        saver = tf.compat.v1.train.CheckpointSaverHook(
+            str(tmp_path), save_steps=5, listeners=[timer.checkpoint_listener,
+                                                    Evaluation(clock)])
+        with tf.compat.v1.train.MonitoredSession(hooks=[saver, timer]) as session:
+            for _ in range(20):
+                session.run(step)
+    # 20 steps: the session's first and the four that saved (at steps 5, 10, 15 and 20)
+    # are left out, with the evaluations after them.
+    assert timer.steps == 15
+    assert timer.secs == pytest.approx(15 * 0.5)
+    assert timer.flops == pytest.approx(15 * 10 * cifar10_model.training_flops_per_example(8, 32))
+
+
+class FinishedTimer:
+    def __init__(self, training_compute, flops, secs):
+        self.training_compute, self.flops, self.secs, self.steps = (
+            training_compute, flops, secs, 100)
+
+
+def test_the_record_sets_the_rate_against_the_peak_of_the_precision_trained_in():
+    run = model_fn.training_compute(recipe_hparams("sprint", 50000))
+    timer = FinishedTimer(run, 175e9 * 536, 536.0)
+    on_bf16 = compute.record(run, timer, "bf16", zen4())
+    assert on_bf16["tflop"] == pytest.approx(93.8, abs=0.05)
+    assert [phase["image_side"] for phase in on_bf16["phases"]] == [16, 24, 32]
+    assert sum(phase["tflop"] for phase in on_bf16["phases"]) == pytest.approx(on_bf16["tflop"])
+    assert on_bf16["gflop_per_sec"] == pytest.approx(175)
+    assert on_bf16["peak_gflop_per_sec"] == pytest.approx(332.8)
+    assert on_bf16["share_of_peak"] == pytest.approx(175 / 332.8)
+    assert compute.summary_lines(on_bf16) == [
+        "  training compute     93.8 TFLOP, 175 GFLOP/s over 536 s of training steps",
+        "  share of CPU peak    53 % of 333 GFLOP/s, its bf16 peak: 2 cores x 2600 MHz x 64 "
+        "bf16 FLOPs/cycle (AVX512_BF16 dot products)"]
+    assert compute.record(run, timer, "fp32", zen4())["peak_gflop_per_sec"] == pytest.approx(
+        166.4)
+    # On GPUs the rate alone; where this process timed no step (a cluster's evaluator,
+    # a finished run started again), the compute alone.
+    on_gpus = compute.record(run, timer, "fp16", None)
+    assert on_gpus["gflop_per_sec"] == pytest.approx(175) and "share_of_peak" not in on_gpus
+    assert compute.summary_lines(compute.record(run, FinishedTimer(run, 0.0, 0.0), "fp32",
+                                                zen4())) == [
+        "  training compute     93.8 TFLOP"]
+
+
+def test_a_runs_plan_line_summary_and_results_show_its_compute(trained_job):
+    hparams = job_hparams.load(trained_job.job_dir)
+    expected = model_fn.training_compute(hparams)
+    plan = [line for line in trained_job.result.stderr.splitlines()
+            if line.startswith("Recipe ")]
+    assert len(plan) == 1 and plan[0].endswith("; %s" % expected.plan_text())
+    with open(os.path.join(trained_job.job_dir, report.TEST_RESULTS_FILENAME)) as stream:
+        recorded = json.load(stream)["training_compute"]
+    assert recorded["tflop"] == pytest.approx(expected.flops() / 1e12)
+    # 10 steps: the session's first and those that saved (steps 5 and 10) are left out.
+    assert recorded["timed_steps"] == 7
+    assert recorded["gflop_per_sec"] == pytest.approx(
+        recorded["timed_tflop"] * 1e3 / recorded["step_secs"])
+    assert recorded["peak_precision"] == hparams.precision
+    summary = trained_job.result.stdout
+    assert re.search(r"^  training compute     [0-9.e-]+ TFLOP, \d+ GFLOP/s over \d+ s of "
+                     r"training steps$", summary, re.M), summary
+    assert re.search(r"^  share of CPU peak    \d+ %% of \d+ GFLOP/s, its %s peak: \d+ cores x "
+                     r"\d+ MHz x " % hparams.precision, summary, re.M), summary
