@@ -107,6 +107,6 @@ case "${1:-all}" in
   build) build ;;
   smoke) smoke ;;
   all) build; smoke ;;
-  -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "error: unknown command $1 (build, smoke, or none for both; see --help)" >&2; exit 2 ;;
 esac

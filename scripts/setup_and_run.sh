@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
     --data-dir) data_dir=$(from_caller "${2:?--data-dir needs a value}"); shift 2 ;;
     --job-dir) job_dir=$(from_caller "${2:?--job-dir needs a value}"); shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown option $1 (trainer flags go after --; see --help)" >&2; exit 2 ;;
   esac
 done

@@ -147,7 +147,7 @@ driver_gpus() {
   # The GPUs the NVIDIA driver lists (nvidia-smi -L) as CUDA_VISIBLE_DEVICES leaves them,
   # "GPU i: name" each: CUDA_VISIBLE_DEVICES names them by index or UUID prefix, and CUDA
   # stops at the first entry that names none. The trainer reads them the same way
-  # (machine/hardware.py's driver_gpus; tests/test_scripts.py compares the two).
+  # (machine/hardware.py's driver_gpus; tests/test_gpus.py compares the two).
   command -v nvidia-smi >/dev/null 2>&1 || return 0
   nvidia-smi -L 2>/dev/null | awk -v visible="${CUDA_VISIBLE_DEVICES-(all)}" '
     match($0, /^GPU [0-9]+: .* \(UUID: [^)]+\)$/) {

@@ -84,7 +84,7 @@ def driver_gpus():
 
     CUDA_VISIBLE_DEVICES names GPUs by index or by (a prefix of) their UUID, and CUDA stops
     at the first entry that names none. scripts/venv.sh's driver_gpus reads it the same way
-    (tests/test_scripts.py compares the two).
+    (tests/test_gpus.py compares the two).
     """
     try:
         listing = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE,
@@ -97,9 +97,8 @@ def driver_gpus():
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         chosen = []
-        for entry in visible.split(","):
-            named = [gpu for gpu in gpus
-                     if entry.strip() and entry.strip() in (gpu[0], gpu[2][:len(entry.strip())])]
+        for entry in (entry.strip() for entry in visible.split(",")):
+            named = [gpu for gpu in gpus if entry and entry in (gpu[0], gpu[2][:len(entry)])]
             if not named:
                 break
             chosen.append(named[0])
@@ -135,7 +134,8 @@ def gpu_library_messages():
         return []
     messages = []
     for match in map(TENSORFLOW_CPP_LOG_LINE.match, stderr.splitlines()):
-        if not match or match.group(1) not in GPU_LIBRARY_SOURCES or "libnvinfer" in match.group(2):
+        if (not match or match.group(1) not in GPU_LIBRARY_SOURCES
+                or "libnvinfer" in match.group(2)):
             continue
         message = match.group(2).split(". ")[0]
         if message != match.group(2):
