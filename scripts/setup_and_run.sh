@@ -106,11 +106,16 @@ print_plan() {  # TRAINER FLAGS
   if [ "$num_gpus" -gt 0 ]; then
     echo "  GPUs: the NVIDIA driver lists $num_gpus (nvidia-smi -L, as CUDA_VISIBLE_DEVICES" \
          "leaves them): $(printf '%s' "$gpus" | paste -sd, - | sed 's/,/, /g')"
-    echo "  Install: pip install -e '$requirement' into $VENV_DIR (with uv where it can):" \
-         "the package and TensorFlow 2.15's CUDA 12.2 and cuDNN 8.9 wheels (1.9 GB)"
   else
     echo "  GPUs: the NVIDIA driver lists none ($(command -v nvidia-smi >/dev/null 2>&1 &&
          echo "nvidia-smi -L, as CUDA_VISIBLE_DEVICES leaves them" || echo "no nvidia-smi"))"
+  fi
+  if venv_ready && venv_has "$requirement"; then
+    echo "  Install: nothing, $VENV_DIR has '$requirement' already"
+  elif [ "$num_gpus" -gt 0 ]; then
+    echo "  Install: pip install -e '$requirement' into $VENV_DIR (with uv where it can):" \
+         "the package and TensorFlow 2.15's CUDA 12.2 and cuDNN 8.9 wheels (1.9 GB)"
+  else
     echo "  Install: pip install -e '$requirement' into $VENV_DIR (with uv where it can)"
   fi
   if [ "$check_gpus" = 1 ]; then

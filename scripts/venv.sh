@@ -188,6 +188,19 @@ venv_ready() {  # whether VENV_DIR holds a virtualenv of a supported Python
   [ -x "$VENV_DIR/bin/python" ] && supported_python "$VENV_DIR/bin/python"
 }
 
+# Install once per requirement and version of setup.py/requirements.txt, so that a rerun
+# needs no package index (delete the stamp file to force a reinstall).
+INSTALLED_STAMP=.cifar10_estimator-installed
+
+installed_line() {  # REQUIREMENT: its line in the stamp file
+  echo "$1 $(cat setup.py requirements.txt | cksum | cut -d' ' -f1)"
+}
+
+venv_has() {  # REQUIREMENT: whether the virtualenv has it installed, as setup.py is now
+  [ -f "$VENV_DIR/$INSTALLED_STAMP" ] &&
+    grep -qxF "$(installed_line "$1")" "$VENV_DIR/$INSTALLED_STAMP"
+}
+
 ensure_venv() {
   local requirement=$1
   if ! venv_ready; then
@@ -196,12 +209,7 @@ ensure_venv() {
     echo "Creating virtualenv $VENV_DIR with $python" >&2
     "$python" -m venv "$VENV_DIR"
   fi
-  # Install once per requirement and version of setup.py/requirements.txt, so that a
-  # rerun needs no package index (delete the stamp file to force a reinstall).
-  local stamp="$VENV_DIR/.cifar10_estimator-installed"
-  local wanted
-  wanted="$requirement $(cat setup.py requirements.txt | cksum | cut -d' ' -f1)"
-  if [ -f "$stamp" ] && grep -qxF "$wanted" "$stamp"; then
+  if venv_has "$requirement"; then
     return
   fi
   # A pip from 21.3 on knows every wheel tag and the resolver the install needs; an older
@@ -214,8 +222,8 @@ sys.exit(0 if tuple(int(part) for part in pip.__version__.split(".")[:2]) >= (21
   SETUPTOOLS_USE_DISTUTILS=local install_into_venv "$requirement"
   "$VENV_DIR/bin/python" -m compileall -q -j 0 \
     "$("$VENV_DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
-  echo "$wanted" >> "$stamp"
+  installed_line "$requirement" >> "$VENV_DIR/$INSTALLED_STAMP"
   if [ "$requirement" = ".[test]" ]; then  # the package itself came with it
-    echo ". ${wanted#* }" >> "$stamp"
+    installed_line . >> "$VENV_DIR/$INSTALLED_STAMP"
   fi
 }
