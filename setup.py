@@ -7,6 +7,11 @@ from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# gpu: TensorFlow 2.15 uses a GPU only where CUDA 12.2 and cuDNN 8.9 can be loaded; its own
+# and-cuda extra brings them as NVIDIA's wheels (nvidia-cudnn-cu12==8.9.4.25, ...; about
+# 2.5 GB). 2.15.0 also pinned TensorRT's wheels, which do not install from PyPI alone; from
+# 2.15.0.post1 on it does not.
+GPU_REQUIREMENTS = ["tensorflow[and-cuda]>=2.15.0.post1,<2.16"]
 # onnx: convert --to onnx (tf2onnx) and running .onnx files (onnxruntime); training never
 # needs them. Pinned to versions that install beside tensorflow 2.15 with a clean pip check;
 # onnx 1.19 installs too, but then fails to import on TensorFlow 2.15's ml_dtypes.
@@ -37,11 +42,13 @@ setup(
     extras_require={
         # plot: the curves command draws with matplotlib; training never needs it.
         "plot": ["matplotlib>=3.5"],
+        "gpu": GPU_REQUIREMENTS,
         "onnx": ONNX_REQUIREMENTS,
         # pytest-xdist: the suite runs on every core (pytest.ini). pytest 9.2 drops the group
         # names that pytest-xdist 3.8 adds to test ids, which keeps tests together (loadgroup).
+        # PyYAML: the Kubernetes manifests of docs/distributed.md, read by their test.
         "test": ["pytest>=7,<9.2", "pytest-timeout>=2", "pytest-xdist>=3", "Pillow",
-                 "matplotlib>=3.5"] + ONNX_REQUIREMENTS,
+                 "matplotlib>=3.5", "PyYAML"] + ONNX_REQUIREMENTS,
     },
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",

@@ -215,7 +215,7 @@ def validate(settings, task=None):
     except ValueError as error:
         raise UsageError("--num-layers: %s" % error)
     if settings.num_gpus > 0 and builds_towers:
-        _check_gpus_present(settings.num_gpus, hardware.num_gpus_visible())
+        check_gpus_present(settings.num_gpus)
     if hparams.label_smoothing >= 1:
         raise UsageError("--label-smoothing %g leaves the label no more weight than the other "
                          "classes; use a value below 1, e.g. 0.1" % hparams.label_smoothing)
@@ -296,11 +296,30 @@ def _check_deterministic(hparams):
                          "--precision fp32" % hparams.precision)
 
 
-def _check_gpus_present(num_gpus, available):
-    if num_gpus > available:
-        raise UsageError("--num-gpus %d asked, but %d GPU%s visible to TensorFlow; use "
-                         "--num-gpus %d (0 trains on the CPU)"
-                         % (num_gpus, available, " is" if available == 1 else "s are", available))
+def check_gpus_present(num_gpus):
+    """Raises UsageError unless TensorFlow sees num_gpus GPUs; where the NVIDIA driver lists
+    more than TensorFlow sees, the error names them, what TensorFlow said about loading its
+    GPU libraries, and the fix (scripts/setup_and_run.sh checks its install with it)."""
+    from cifar10_estimator.machine import hardware
+    available = hardware.num_gpus_visible()
+    if num_gpus <= available:
+        return
+    asked = "--num-gpus %d asked, but %d GPU%s visible to TensorFlow" % (
+        num_gpus, available, " is" if available == 1 else "s are")
+    listed = hardware.driver_gpus()
+    if len(listed) <= available:
+        raise UsageError("%s; use --num-gpus %d (0 trains on the CPU)" % (asked, available))
+    said = " ".join('"%s"' % message for message in hardware.gpu_library_messages())
+    cudnn = hardware.cudnn_wheel_version()
+    if cudnn:
+        fix = ("TensorFlow's CUDA wheels are installed (nvidia-cudnn-cu12 %s), so check that "
+               "the driver serves CUDA 12.2 (nvidia-smi shows its CUDA Version)" % cudnn)
+    else:
+        fix = ("TensorFlow 2.15 needs CUDA 12.2 and cuDNN 8.9: pip install -e '.[gpu]' "
+               "brings them, or use the GPU image (docs/install.md#a-gpu-box)")
+    raise UsageError("%s, and the NVIDIA driver lists %d (%s); TensorFlow said: %s; %s; "
+                     "--num-gpus 0 trains on the CPU"
+                     % (asked, len(listed), ", ".join(listed), said or "nothing", fix))
 
 
 def _check_precision_served(precision_policy, num_gpus):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 import cifar_archives
+import stand_ins
 from cli_helpers import REPO_ROOT, cli_env
 
 SETUP_AND_RUN = os.path.join(REPO_ROOT, "scripts", "setup_and_run.sh")
@@ -32,6 +33,65 @@ def test_unsupported_python_stops_at_once_and_says_which_versions_work(tmp_path)
     assert "Python 3.12.1" in result.stderr
     assert "3.9, 3.10 or 3.11" in result.stderr and "TensorFlow 2.15" in result.stderr
     assert not (tmp_path / "venv").exists()
+
+
+FETCH_PYTHON = "uv's CPython 3.11, fetched with uv python install 3.11, uv being "
+
+
+def plan_without_python(tmp_path, stand_in_scripts):
+    """The one command's --dry-run on a PATH with no Python 3.9-3.11, python3 being 3.13,
+    and the stand-in programs {name: shell script} first."""
+    path = stand_ins.path_without_python(tmp_path / "path")
+    stand_in_dir = path.split(os.pathsep)[0]
+    for name, script in stand_in_scripts.items():
+        stand_ins.write_program(tmp_path / "path" / "stand-ins" / name, script)
+    environment = {"PATH": path, "HOME": str(tmp_path / "home"),
+                   "VENV_DIR": str(tmp_path / "venv"), "UV_DIR": str(tmp_path / "uv")}
+    result = subprocess.run(["/bin/bash", SETUP_AND_RUN, "--dry-run"], cwd=REPO_ROOT,
+                            env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True, timeout=60)
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "uv").exists()
+    return result, stand_in_dir
+
+
+PYTHON_313_WITH_PIP = """#!/bin/sh
+case "$*" in "--version") echo "Python 3.13.1" ;; "-m pip --version") echo "pip 25.0" ;;
+*) exit 1 ;; esac
+"""
+
+
+@pytest.mark.parametrize("stand_in_scripts, uv_from", [
+    # The curl of uv's standalone installer (Ubuntu 24.04 and Debian 13 come without pip).
+    ({"curl": "#!/bin/sh\nexit 7\n"}, "its standalone installer, fetched with curl -LsSf "
+     "https://astral.sh/uv/install.sh | UV_INSTALL_DIR={uv}/bin sh"),
+    ({"wget": "#!/bin/sh\nexit 7\n"}, "its standalone installer, fetched with wget -qO- "),
+    # A pip installs uv's wheel beside the system's packages, which PEP 668 allows.
+    ({"python3": PYTHON_313_WITH_PIP, "curl": "#!/bin/sh\nexit 7\n"},
+     "its wheel, fetched with {stand_ins}/python3 -m pip install --target {uv} uv"),
+    # A uv of the user's, which has not fetched a CPython 3.11 yet.
+    ({"uv": "#!/bin/sh\nexit 2\n"}, "{stand_ins}/uv;"),
+])
+def test_without_python_3_9_to_3_11_the_plan_is_uvs_cpython_3_11(tmp_path, stand_in_scripts,
+                                                                  uv_from):
+    result, stand_in_dir = plan_without_python(tmp_path, stand_in_scripts)
+    assert result.returncode == 0, result.stderr
+    assert "Python: none of python3.11, python3.10, python3.9, python3 is 3.9-3.11 here " \
+           "(python3 is Python 3.13.1): " + FETCH_PYTHON in result.stdout
+    assert uv_from.format(uv=tmp_path / "uv", stand_ins=stand_in_dir) in result.stdout
+    assert "the virtualenv %s is made with it" % (tmp_path / "venv") in result.stdout
+
+
+def test_where_uv_cannot_be_had_either_the_plan_is_one_line_naming_the_ways_that_work(
+        tmp_path):
+    result, _ = plan_without_python(tmp_path, {})
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: no Python 3.9, 3.10 or 3.11 here (python3 is "
+                                    "Python 3.13.1), and no uv to fetch one with")
+    for way in ("Install uv (https://docs.astral.sh/uv/", "fetches CPython 3.11 with it",
+                "set PYTHON=/path/to/python3.11", "the container image (docs/install.md"):
+        assert way in result.stderr
 
 
 # A virtualenv's python that logs each call and plays its part: pip installs uv (a uv that

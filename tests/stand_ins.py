@@ -1,0 +1,40 @@
+"""Stand-in programs for the machines the tests are not on: an NVIDIA driver listing two
+GPUs, a PATH with no Python 3.9-3.11 but a python3 3.13."""
+
+import os
+
+# What `nvidia-smi -L` prints on a box of two GPUs.
+TWO_GPUS = ("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5e2f8c1a-0d6b-4c9e-9a43-1f0e2b7c9d11)\n"
+            "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-8b31d7e4-22f0-4a5c-b6d8-3c9a4e1f7a02)\n")
+
+
+def write_program(path, script):
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def nvidia_smi_dir(directory):
+    """`directory`, holding an nvidia-smi that lists TWO_GPUS, to put first on PATH."""
+    directory.mkdir(parents=True, exist_ok=True)
+    write_program(directory / "nvidia-smi",
+                  '#!/bin/sh\n[ "$1" = -L ] || exit 6\nprintf "%s"\n' % TWO_GPUS)
+    return directory
+
+
+def path_without_python(directory, python3_version="3.13.1"):
+    """A PATH of every program in /usr/bin and /bin but Python, pip, uv, curl, wget and
+    nvidia-smi, after a directory (`stand-ins`) holding a python3 that says it is
+    `python3_version` and runs nothing."""
+    tools, stand_ins = directory / "tools", directory / "stand-ins"
+    tools.mkdir(parents=True)
+    stand_ins.mkdir()
+    for system_dir in ("/usr/bin", "/bin"):
+        for name in sorted(os.listdir(system_dir)):
+            if (name.startswith(("python", "pip", "uv")) or name in ("curl", "wget", "nvidia-smi")
+                    or (tools / name).exists()):
+                continue
+            os.symlink(os.path.join(system_dir, name), str(tools / name))
+    write_program(stand_ins / "python3", '#!/bin/sh\n[ "$1" = --version ] && '
+                  'echo "Python %s" && exit 0\nexit 1\n' % python3_version)
+    return str(stand_ins) + os.pathsep + str(tools)
