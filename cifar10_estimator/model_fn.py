@@ -259,20 +259,23 @@ def mean_cross_entropy(labels, logits, label_smoothing=0.0):
     if not tf.is_tensor(label_smoothing) and not label_smoothing:
         return tf.compat.v1.losses.sparse_softmax_cross_entropy(
             labels=labels, logits=logits, loss_collection=None)
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+        labels=_smoothed_targets(labels, logits, label_smoothing), logits=logits))
+
+
+def _smoothed_targets(labels, logits, label_smoothing):
+    """The targets [N, 11] of labels [N] smoothed by `label_smoothing` (mean_cross_entropy's)."""
     class_targets = (tf.one_hot(labels, cifar10.NUM_CLASSES) * (1.0 - label_smoothing)
                      + label_smoothing / cifar10.NUM_CLASSES)
-    targets = tf.pad(class_targets, [[0, 0], [0, logits.shape[-1] - cifar10.NUM_CLASSES]])
-    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits))
+    return tf.pad(class_targets, [[0, 0], [0, logits.shape[-1] - cifar10.NUM_CLASSES]])
 
 
 def cross_entropies(labels, logits, label_smoothing=0.0):
     """float32 [N]: each example's cross entropy, as mean_cross_entropy averages them."""
     if not tf.is_tensor(label_smoothing) and not label_smoothing:
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    class_targets = (tf.one_hot(labels, cifar10.NUM_CLASSES) * (1.0 - label_smoothing)
-                     + label_smoothing / cifar10.NUM_CLASSES)
-    targets = tf.pad(class_targets, [[0, 0], [0, logits.shape[-1] - cifar10.NUM_CLASSES]])
-    return tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    return tf.nn.softmax_cross_entropy_with_logits(
+        labels=_smoothed_targets(labels, logits, label_smoothing), logits=logits)
 
 
 def make_resnet_tower_fn(hparams, precision_policy, data_format, skipping=None):
