@@ -218,7 +218,9 @@ def _hparams(args):
     return dataclasses.replace(settings.hparams, num_train_examples=_NUM_TRAIN_EXAMPLES)
 
 
-def _training_session(args):
+def training_session(args):
+    """(session, train_op) of one training step as StepProfileOptions `args` describe it,
+    built in the default graph: the trainer's model_fn on a constant in-memory batch."""
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     from cifar10_estimator import input_fn, model_fn
     hparams = _hparams(args)
@@ -239,7 +241,7 @@ def main(argv):
     cli.quiet_tensorflow_logs("3", "ERROR")
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     with tf.Graph().as_default():
-        session, train_op = _training_session(args)
+        session, train_op = training_session(args)
         untraced_secs = []
         for _ in range(args.steps):
             start = time.perf_counter()

@@ -1,0 +1,127 @@
+"""How much of the CPU's peak a training step reaches, per image size and batch size.
+
+    python -m cifar10_estimator.benchmarks.step_rates [--num-layers 14] [--precision fp32]
+        [--recipe sprint] [--image-sizes 16 24 32] [--batch-sizes 64 128] [--steps 20]
+        [--rounds 3]
+
+Builds one training step per (image size, batch size) as step_profile builds it (the
+trainer's model_fn, one tower, a constant in-memory batch, the recipe's update), all in one
+process, warms each up, then times `--steps` untraced steps of each in alternating rounds
+(machine/alternating_rounds), so the machine's load and clock drift fall on all alike.
+Each row: the median over the rounds of a step's wall time, the examples a second, the
+GFLOP/s that makes with the trainer's count of a training example's FLOPs at that size
+(cifar10_model.training_flops_per_example, the figure the trainer's summary uses) and its
+share of the CPU's peak in the step's compute precision (machine/cpu_peak, the clock
+named). The rounds' spread is printed beside each: read a difference smaller than it as
+none.
+"""
+
+import dataclasses
+import statistics
+import time
+
+from cifar10_estimator import cifar10_model
+from cifar10_estimator import cli
+from cifar10_estimator.benchmarks import step_profile
+from cifar10_estimator.machine import alternating_rounds
+from cifar10_estimator.machine import cpu_peak
+from cifar10_estimator.machine import hardware
+from cifar10_estimator.training import precision as precisions
+from cifar10_estimator.training import recipes
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRatesOptions:
+    """The command line: the step, the sizes to compare and how long to time each."""
+
+    num_layers: int = cli.option(14, None, type=cli.positive_int)
+    precision: str = cli.option("fp32", None, choices=("fp32", "bf16"))
+    recipe: str = cli.option("sprint", "The recipe whose update the steps make.",
+                             choices=sorted(recipes.RECIPES))
+    image_sizes: list = cli.option([16, 24, 32], "Sides of the trained images.", nargs="+",
+                                   type=step_profile.image_side, metavar="SIDE")
+    batch_sizes: list = cli.option([64, 128], None, nargs="+", type=cli.positive_int,
+                                   metavar="BATCH")
+    steps: int = cli.option(20, "Timed steps of each size a round, after as many "
+                                "warm-up steps.", type=cli.positive_int)
+    rounds: int = cli.option(3, "Rounds; each times every size once.",
+                             type=cli.positive_int)
+
+
+def build_parser():
+    parser = cli.ArgumentParser(
+        description="Time training steps at several image and batch sizes in alternating "
+                    "rounds and print their GFLOP/s and share of the CPU's peak.")
+    cli.add_options(parser, cli.option_fields(StepRatesOptions))
+    return parser
+
+
+def _timed_steps(session, train_op, steps):
+    """A function timing `steps` steps: it returns the seconds they took."""
+    def time_them():
+        start = time.perf_counter()
+        for _ in range(steps):
+            session.run(train_op)
+        return time.perf_counter() - start
+    return time_them
+
+
+def _contenders(args):
+    """{(side, batch): timing function}, each step built in its own graph and warmed up."""
+    import tensorflow as tf  # lazy: keeps --help and flag errors fast
+    contenders = {}
+    for side in args.image_sizes:
+        for batch_size in args.batch_sizes:
+            profile = step_profile.StepProfileOptions(
+                num_layers=args.num_layers, precision=args.precision, batch_size=batch_size,
+                recipe=args.recipe, image_size=side)
+            with tf.Graph().as_default():
+                session, train_op = step_profile.training_session(profile)
+            timing = _timed_steps(session, train_op, args.steps)
+            timing()
+            contenders[(side, batch_size)] = timing
+    return contenders
+
+
+def rows(args, results, peak_gflops):
+    """The table's rows from {(side, batch): Contender of seconds a round}."""
+    table = []
+    for (side, batch_size), contender in results.items():
+        examples_per_sec = [args.steps * batch_size / secs for secs in contender.measurements]
+        flops = cifar10_model.training_flops_per_example(args.num_layers, side)
+        gflops = statistics.median(examples_per_sec) * flops / 1e9
+        table.append([
+            side, batch_size, "%.1f" % (1000 * contender.median() / args.steps),
+            "%.0f (%.0f-%.0f)" % (statistics.median(examples_per_sec), min(examples_per_sec),
+                                  max(examples_per_sec)),
+            "%.1f" % (flops / 1e6), "%.0f" % gflops,
+            "%.0f %%" % (100 * gflops / peak_gflops) if peak_gflops else "-"])
+    return table
+
+
+def main(argv):
+    args = cli.parse(build_parser(), StepRatesOptions, argv)
+    cli.quiet_tensorflow_logs("3", "ERROR")
+    compute_dtype = precisions.policy(args.precision).compute_dtype
+    processor = hardware.first_cpu()
+    peak = cpu_peak.this_cpu()
+    print("%s (cpu family %s, model %s); peak %s GFLOP/s in %s: %s" % (
+        processor.get("model name", "unknown CPU"), processor.get("cpu family", "?"),
+        processor.get("model", "?"),
+        "%.0f" % peak.gflops(compute_dtype) if peak.gflops(compute_dtype) else "unknown",
+        compute_dtype, peak.derivation(compute_dtype)))
+    print("ResNet-%d, %s, the %s recipe's update; %d rounds of %d steps a size, alternated"
+          % (args.num_layers, args.precision, args.recipe, args.rounds, args.steps))
+    results = alternating_rounds.measure(_contenders(args), args.rounds)
+    print(cli.markdown_table(
+        ["image side", "batch", "ms a step", "examples/sec (rounds' range)",
+         "MFLOP an example", "GFLOP/s", "share of peak"],
+        rows(args, results, peak.gflops(compute_dtype))))
+
+
+def console_main():
+    raise SystemExit(cli.run_command(main))
+
+
+if __name__ == "__main__":
+    console_main()
