@@ -247,6 +247,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
+    from cifar10_estimator.machine import step_speeds
     from cifar10_estimator.training import compute_timer
     from cifar10_estimator.training import stop_signals
 
@@ -258,7 +259,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
         settings.data_format)
     evaluation_cost = start_job(settings, task, run_config, layout.data_format)
     last_step = schedule.last_step(hparams)
-    progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console)
+    progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console,
+                                 layout.data_format)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress,
                                         starting_values(settings, task)),
@@ -276,6 +278,9 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     else:
         result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
         metrics = result[0] if result else None
+        if not task:
+            step_speeds.record(hparams, settings.num_gpus, layout.data_format,
+                               progress.step_secs())
     # Where no checkpoint of this process ended the run: a worker's, or a signal that
     # came during an export.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
@@ -321,17 +326,29 @@ def start_job(settings, task, run_config, data_format):
     return evaluation_cost
 
 
-def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None):
+def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None,
+                      data_format="channels_last"):
     """The process's training.time_to_go.RunProgress: one spans the training sessions and
     the evaluations between them. Only a run on one machine evaluates in the process."""
     from cifar10_estimator.training import time_to_go
     hparams = settings.hparams
     return time_to_go.RunProgress(
         schedule.last_step(hparams), hparams.examples_per_global_step,
-        phases=time_to_go.training_phases(hparams, cifar10_facts.HEIGHT),
+        phases=training_phases(settings, task, data_format),
         evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
                      if not task else None),
         report=time_to_go.console_report(run_console) if run_console else None)
+
+
+def training_phases(settings, task=None, data_format="channels_last"):
+    """The run's training.time_to_go.TrainingPhases. A run on one machine rates its image
+    sizes from what its steps took in the runs before it there (machine.step_speeds); a
+    cluster's global step is its workers' together, so it keeps the rule of thumb."""
+    from cifar10_estimator.machine import step_speeds
+    from cifar10_estimator.training import time_to_go
+    step_secs = None if task else step_speeds.recorded(settings.hparams, settings.num_gpus,
+                                                       data_format)
+    return time_to_go.training_phases(settings.hparams, cifar10_facts.HEIGHT, step_secs)
 
 
 def make_train_spec(settings, task, signals, progress, timer):

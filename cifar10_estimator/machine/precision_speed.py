@@ -35,11 +35,12 @@ PROBE_STEPS_PER_ROUND = 8
 PROBE_ROUNDS = 3
 
 
-def cache_path():
-    """Where measured speeds are kept, per user."""
+def cache_path(filename=CACHE_FILENAME):
+    """Where measured speeds are kept, per user (machine/step_speeds keeps its own file
+    beside this one)."""
     cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(
         os.path.expanduser("~"), ".cache")
-    return os.path.join(cache_home, "cifar10_estimator", CACHE_FILENAME)
+    return os.path.join(cache_home, "cifar10_estimator", filename)
 
 
 def machine_key():
@@ -53,14 +54,16 @@ def machine_key():
         "on" if hardware.onednn_enabled() else "off")
 
 
-def _read_cache(path):
+def read_cache(path, cache_format=CACHE_FORMAT):
+    """{machine key: what was measured there} of a cache file of `cache_format`; {} for a
+    missing, unreadable or foreign one, which is measured anew."""
     try:
         with open(path) as stream:
             content = json.load(stream)
-        if content.get("format") == CACHE_FORMAT:
+        if content.get("format") == cache_format and isinstance(content["machines"], dict):
             return content["machines"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass  # a missing or foreign cache is measured anew
+        pass
     return {}
 
 
@@ -78,7 +81,7 @@ def measured_speeds(precision_policy, make_probe=None):
       dict with fp32 and the policy's name -> examples/sec, and "measured" (the date).
     """
     path = cache_path()
-    machines = _read_cache(path)
+    machines = read_cache(path)
     key = machine_key()
     speeds = machines.get(key, {})
     if precision_policy.name not in speeds or "fp32" not in speeds:

@@ -38,6 +38,10 @@ PREDICTION_WEIGHT_SECS = 60
 # An interval taking this many times longer than the rate says is a pause (SIGSTOP, a
 # suspended laptop), not training: it would rule the rate for minutes.
 PAUSE_FACTOR = 10
+# A phase whose steps trained this long after their settling seconds says what its steps
+# cost on this machine well enough to keep for the next run (machine.step_speeds): the
+# sprint recipe's shortest phase, 16 pixels on a Zen 5, trains under a minute.
+MIN_RECORDED_SECS = 30
 # A training example costs about five evaluated views of an image: the backward pass
 # costs about twice the forward one, and evaluations run larger batches without the
 # optimizer. The cost of a view before an evaluation was timed (docs/training.md).
@@ -59,19 +63,24 @@ class TrainingPhase:
     Attributes:
       end_step: the global step at which the phase ends.
       relative_cost: the cost of one of its steps against a step on full-size images.
+      side: its images' side in pixels, or None where not known.
     """
 
     end_step: int
     relative_cost: float = 1.0
+    side: int = None
 
 
-def training_phases(hparams, full_size):
+def training_phases(hparams, full_size, step_secs=None):
     """The TrainingPhases of a run: those of schedule.resolution_phases (the
     --lower-resolution and --low-resolution epochs), then full-size images.
 
-    A step's cost is a fixed share of a full-size step's (FIXED_STEP_EXAMPLES against
-    the batch), plus the rest in proportion to the images' pixels.
+    A step's cost against a full-size step's is what this machine's steps took at both
+    sizes, where `step_secs` ({side: seconds a step took}, machine.step_speeds' record of
+    earlier runs) holds both; else a fixed share of a full-size step's
+    (FIXED_STEP_EXAMPLES against the batch) plus the rest in proportion to the pixels.
     """
+    step_secs = step_secs or {}
     fixed_share = FIXED_STEP_EXAMPLES / (FIXED_STEP_EXAMPLES + hparams.train_batch_size)
     last_step = schedule.last_step(hparams)
     phases = []
@@ -79,9 +88,12 @@ def training_phases(hparams, full_size):
         end = min(end, last_step)
         if end > (phases[-1].end_step if phases else 0):
             pixels = (side / full_size) ** 2
-            phases.append(TrainingPhase(end, fixed_share + (1 - fixed_share) * pixels))
+            cost = fixed_share + (1 - fixed_share) * pixels
+            if side in step_secs and full_size in step_secs:
+                cost = step_secs[side] / step_secs[full_size]
+            phases.append(TrainingPhase(end, cost, side))
     if not phases or phases[-1].end_step < last_step:
-        phases.append(TrainingPhase(last_step))
+        phases.append(TrainingPhase(last_step, side=full_size))
     return tuple(phases)
 
 
@@ -219,6 +231,17 @@ class RunProgress:
             return
         self.record(global_step)
         self._paused_since = self._time_of_global_step
+
+    def step_secs(self, min_secs=MIN_RECORDED_SECS):
+        """{image side: seconds a global step took} of each phase that trained at least
+        min_secs after its settling seconds (all of them, not only the window's), for
+        machine.step_speeds to keep for the next run."""
+        measured = {}
+        for phase, window in zip(self._phases, self._windows):
+            secs, steps = window.trained()
+            if phase.side and secs >= min_secs and steps:
+                measured[phase.side] = secs / steps
+        return measured
 
     @property
     def last_evaluation_secs(self):
@@ -364,10 +387,12 @@ class _RateWindow:
         self._steps = 0
         self._settling = [0.0, 0]  # secs and global steps of the first settling_secs
         self._total_secs = 0.0
+        self._total_steps = 0
 
     def add(self, secs, global_steps):
         settling = self._total_secs < self._settling_secs
         self._total_secs += secs
+        self._total_steps += global_steps
         if settling:
             self._settling[0] += secs
             self._settling[1] += global_steps
@@ -386,6 +411,10 @@ class _RateWindow:
         if self._secs > 0 and self._steps > 0:
             return self._total_secs - self._settling[0], self._steps / self._secs
         return None
+
+    def trained(self):
+        """(seconds, global steps) of all the phase's training after its settling seconds."""
+        return (self._total_secs - self._settling[0], self._total_steps - self._settling[1])
 
     def settling(self):
         """(seconds, steps/sec) of the settling seconds, or None before a step in them."""

@@ -1,0 +1,94 @@
+"""What a run's steps took at each image size is kept per machine and rates the next run's
+phases (machine/step_speeds.py, training/time_to_go.py, main.make_run_progress)."""
+
+import json
+import os
+
+import pytest
+
+from cifar10_estimator import flags, main
+from cifar10_estimator.machine import precision_speed, step_speeds
+from cifar10_estimator.training import time_to_go
+
+from test_time_to_go import recipe_hparams, started_progress, train_steady
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def sprint_settings(*more):
+    return flags.parse(["--job-dir", "job", "--num-gpus", "0", "--recipe", "sprint", *more])
+
+
+def test_a_record_is_read_back_for_the_same_step_only(cache_home):
+    hparams = sprint_settings().hparams
+    assert step_speeds.recorded(hparams, 0, "channels_last") == {}
+    step_speeds.record(hparams, 0, "channels_last", {16: 0.1076, 32: 0.545})
+    assert step_speeds.recorded(hparams, 0, "channels_last") == {16: 0.1076, 32: 0.545}
+    # A later run adds its sizes and replaces those it measured again.
+    step_speeds.record(hparams, 0, "channels_last", {24: 0.244, 32: 0.5})
+    assert step_speeds.recorded(hparams, 0, "channels_last") == {16: 0.1076, 24: 0.244,
+                                                                32: 0.5}
+    # Another batch, precision or layout is another step.
+    other = sprint_settings("--train-batch-size", "64").hparams
+    assert step_speeds.recorded(other, 0, "channels_last") == {}
+    assert step_speeds.recorded(hparams, 0, "channels_first") == {}
+    with open(precision_speed.cache_path(step_speeds.CACHE_FILENAME)) as stream:
+        content = json.load(stream)
+    assert content["format"] == step_speeds.CACHE_FORMAT
+    assert list(content["machines"]) == [precision_speed.machine_key()]
+
+
+@pytest.mark.parametrize("content", ["not json", json.dumps({"format": "other/1"}),
+                                     json.dumps({"format": step_speeds.CACHE_FORMAT,
+                                                 "machines": ["a list"]})])
+def test_a_foreign_or_broken_cache_is_no_record_and_is_replaced(cache_home, content):
+    path = precision_speed.cache_path(step_speeds.CACHE_FILENAME)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as stream:
+        stream.write(content)
+    hparams = sprint_settings().hparams
+    assert step_speeds.recorded(hparams, 0, "channels_last") == {}
+    step_speeds.record(hparams, 0, "channels_last", {32: 0.5})
+    assert step_speeds.recorded(hparams, 0, "channels_last") == {32: 0.5}
+
+
+def test_a_cache_that_cannot_be_written_costs_the_record_only(cache_home, caplog):
+    os.makedirs(cache_home)
+    (cache_home / "cifar10_estimator").write_text("a file where the folder should be")
+    step_speeds.record(sprint_settings().hparams, 0, "channels_last", {32: 0.5})
+    assert "were not kept" in caplog.text
+
+
+def test_the_phases_that_trained_long_enough_give_their_step_times():
+    phases = time_to_go.training_phases(recipe_hparams("sprint", 50000), 32)
+    assert [phase.side for phase in phases] == [16, 24, 32]
+    progress, clock = started_progress(7800, 128, phases=phases)
+    train_steady(progress, clock, 0, 2730, steps_per_sec=1 / 0.1076)
+    # The 24-pixel phase trains under MIN_RECORDED_SECS after its settling seconds: not kept.
+    train_steady(progress, clock, 2730, 2930, steps_per_sec=1 / 0.244)
+    assert 200 * 0.244 < time_to_go.PHASE_SETTLING_SECS + time_to_go.MIN_RECORDED_SECS
+    measured = progress.step_secs()
+    assert list(measured) == [16]
+    assert measured[16] == pytest.approx(0.1076)
+
+
+def test_a_run_on_one_machine_rates_its_phases_from_the_record(cache_home):
+    settings = sprint_settings()
+    hparams = settings.hparams
+    prior = main.training_phases(settings)
+    assert prior == time_to_go.training_phases(hparams, 32)
+    step_speeds.record(hparams, 0, "channels_last", {16: 0.1076, 24: 0.244, 32: 0.545})
+    phases = main.training_phases(settings)
+    assert [phase.relative_cost for phase in phases] == pytest.approx(
+        [0.1076 / 0.545, 0.244 / 0.545, 1.0])
+    assert [phase.end_step for phase in phases] == [phase.end_step for phase in prior]
+    # A cluster task keeps the prior; a record missing a size too.
+    assert main.training_phases(settings, task=object()) == prior
+    step_speeds.record(hparams, 0, "channels_first", {16: 0.1, 32: 0.5})
+    assert [phase.relative_cost for phase in main.training_phases(
+        settings, data_format="channels_first")] == pytest.approx(
+            [0.2, prior[1].relative_cost, 1.0])
