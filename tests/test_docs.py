@@ -359,10 +359,11 @@ MEASURED = re.compile(r"\d(?:[\d.,]*\d)?\s*(?:%|×|x\b|times\b|s\b|ms\b|min\b|h\
 # model /proc/cpuinfo gives ("25/17", or "cpu family 25, model 17"; "model not recorded" for
 # the few early figures whose notes kept the family alone).
 CPU_KINDS = {
+    "Zen 3": r"\b25/1\b|family\s+25,\s+model\s+1\b",
     "Zen 4": r"\b25/17\b|family\s+25,\s+model\s+(?:17\b|not\s+recorded)",
     "Zen 5": r"\b26/2\b|family\s+26,\s+model\s+(?:2\b|not\s+recorded)",
     "Xeon": r"\b6/(?:207|167)\b|family\s+6,\s+model\s+(?:207|167)\b",
-    "EPYC": r"\b25/17\b|\b26/2\b|family\s+2[56],\s+model\s+(?:\d+\b|not\s+recorded)",
+    "EPYC": r"\b25/1\b|\b25/17\b|\b26/2\b|family\s+2[56],\s+model\s+(?:\d+\b|not\s+recorded)",
 }
 # Two Intel Xeon machines share family 6, model 207, one with AMX and one without:
 # a figure of either says which.
