@@ -24,8 +24,6 @@ from cifar10_estimator import cifar10_model
 from cifar10_estimator import cli
 from cifar10_estimator.benchmarks import step_profile
 from cifar10_estimator.machine import alternating_rounds
-from cifar10_estimator.machine import cpu_peak
-from cifar10_estimator.machine import hardware
 from cifar10_estimator.training import precision as precisions
 from cifar10_estimator.training import recipes
 
@@ -102,21 +100,20 @@ def rows(args, results, peak_gflops):
 def main(argv):
     args = cli.parse(build_parser(), StepRatesOptions, argv)
     cli.quiet_tensorflow_logs("3", "ERROR")
+    from cifar10_estimator.benchmarks import host  # lazy: it loads TensorFlow
     compute_dtype = precisions.policy(args.precision).compute_dtype
-    processor = hardware.first_cpu()
-    peak = cpu_peak.this_cpu()
-    print("%s (cpu family %s, model %s); peak %s GFLOP/s in %s: %s" % (
-        processor.get("model name", "unknown CPU"), processor.get("cpu family", "?"),
-        processor.get("model", "?"),
-        "%.0f" % peak.gflops(compute_dtype) if peak.gflops(compute_dtype) else "unknown",
-        compute_dtype, peak.derivation(compute_dtype)))
+    machine = host.describe_machine()
+    peak_gflops = machine["%s_peak_gflops" % args.precision]
+    print("%s; peak %s GFLOP/s in %s: %s" % (
+        host.cpu_identity(machine), "%.0f" % peak_gflops if peak_gflops else "unknown",
+        compute_dtype, machine["%s_peak_derivation" % args.precision]))
     print("ResNet-%d, %s, the %s recipe's update; %d rounds of %d steps a size, alternated"
           % (args.num_layers, args.precision, args.recipe, args.rounds, args.steps))
     results = alternating_rounds.measure(_contenders(args), args.rounds)
     print(cli.markdown_table(
         ["image side", "batch", "ms a step", "examples/sec (rounds' range)",
          "MFLOP an example", "GFLOP/s", "share of peak"],
-        rows(args, results, peak.gflops(compute_dtype))))
+        rows(args, results, peak_gflops)))
 
 
 def console_main():
