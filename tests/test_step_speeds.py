@@ -2,6 +2,7 @@
 phases (machine/step_speeds.py, training/time_to_go.py, main.make_run_progress)."""
 
 import json
+import logging
 import os
 
 import pytest
@@ -57,6 +58,9 @@ def test_a_foreign_or_broken_cache_is_no_record_and_is_replaced(cache_home, cont
 
 
 def test_a_cache_that_cannot_be_written_costs_the_record_only(cache_home, caplog):
+    # An earlier in-process command may have left TensorFlow's logger at ERROR; the trainer
+    # sets it to INFO (flags.quiet_tensorflow_logs), so the warning shows there.
+    caplog.set_level(logging.INFO, logger="tensorflow")
     os.makedirs(cache_home)
     (cache_home / "cifar10_estimator").write_text("a file where the folder should be")
     step_speeds.record(sprint_settings().hparams, 0, "channels_last", {32: 0.5})
