@@ -16,6 +16,7 @@ it is left out. Imports no TensorFlow: arithmetic on the points it is told.
 import collections
 import dataclasses
 import logging
+import math
 import time
 
 from cifar10_estimator.training import console
@@ -331,17 +332,17 @@ class RunProgress:
                 * FORWARD_PASSES_PER_TRAINING_EXAMPLE)
         evaluation_secs = (plan.views_per_evaluation * secs_per_view + EVALUATION_SET_UP_SECS
                            + plan.exports_per_evaluation * EXPORT_SECS)
-        period = plan.every_secs
-        if plan.checkpoint_every_secs:
-            period = max(period, plan.checkpoint_every_secs)
-        if plan.checkpoint_every_steps:
-            period = max(period, plan.checkpoint_every_steps / full_size_steps_per_sec)
+        cycle_secs = _evaluation_cycle_secs(plan, evaluation_secs, full_size_steps_per_sec)
         since = next((time for time in (self._last_evaluation_start, self._training_start)
                       if time is not None), self._clock())
-        # One evaluation at most is overdue: a run stopped for longer than a period
-        # evaluates once when it goes on, not once for each period it stood still.
-        overdue_secs = min(self._clock() - since, period + evaluation_secs)
-        during_training = int((overdue_secs + training_to_go) // (period + evaluation_secs))
+        # One evaluation at most is overdue: a run stopped for longer than a cycle
+        # evaluates once when it goes on, not once for each cycle it stood still.
+        overdue_secs = min(self._clock() - since, cycle_secs)
+        # The next evaluation comes after cycle - overdue more seconds of training, each
+        # one after it after the cycle's time outside its evaluation.
+        between_secs = max(cycle_secs - evaluation_secs, 1.0)
+        during_training = max(0, int(
+            (training_to_go + overdue_secs - evaluation_secs) // between_secs))
         final_secs = (plan.final_views * secs_per_view
                       + plan.num_final_evaluations * EVALUATION_SET_UP_SECS
                       + plan.exports_per_evaluation * EXPORT_SECS)
@@ -360,6 +361,23 @@ class RunProgress:
             return
         self._training_secs += secs
         self._windows[phase].add(secs, global_steps)
+
+
+def _evaluation_cycle_secs(plan, evaluation_secs, full_size_steps_per_sec):
+    """Wall seconds from the start of one evaluation during training to the next's.
+
+    An evaluation starts after the first checkpoint written at least plan.every_secs
+    after the last one started. Checkpoints by time come every checkpoint_every_secs of
+    wall time from the last save, the evaluation after it included (the saver's timer
+    runs on through it); checkpoints by steps come after that many steps of training.
+    """
+    if plan.checkpoint_every_secs:
+        checkpoints = math.ceil(plan.every_secs / plan.checkpoint_every_secs)
+        return checkpoints * plan.checkpoint_every_secs
+    if plan.checkpoint_every_steps:
+        return max(plan.every_secs,
+                   plan.checkpoint_every_steps / full_size_steps_per_sec + evaluation_secs)
+    return plan.every_secs + evaluation_secs
 
 
 def _pooled_rate(measured, predicted):
