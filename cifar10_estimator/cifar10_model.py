@@ -97,6 +97,21 @@ def training_flops_per_example(num_layers, side):
     under 0.2 %: the element-wise ops (the shortcuts' additions and pooling, the loss);
     batch norm, ReLU and the update have no statistic there and count nothing either.
     """
+    flops = 0
+    for in_filter, out_filter, stride in _convolutions(num_layers):
+        forward, gradient, side = _convolution_flops(side, in_filter, out_filter, stride)
+        flops += forward + 2 * gradient
+    return flops + 3 * 2 * STAGE_FILTERS[-1] * ORIGINAL_NUM_CLASSES
+
+
+def kernel_shapes(num_layers):
+    """[height, width, in, out] of each convolution kernel of ResNet-num_layers."""
+    return [(KERNEL_SIZE, KERNEL_SIZE, in_filter, out_filter)
+            for in_filter, out_filter, _ in _convolutions(num_layers)]
+
+
+def _convolutions(num_layers):
+    """(input channels, output channels, stride) of each convolution, in order."""
     convolutions = [(cifar10.DEPTH, STAGE_FILTERS[0], 1)]
     in_filter = STAGE_FILTERS[0]
     for out_filter, stride in zip(STAGE_FILTERS, STAGE_STRIDES):
@@ -104,11 +119,7 @@ def training_flops_per_example(num_layers, side):
             convolutions += [(in_filter, out_filter, stride if unit == 0 else 1),
                              (out_filter, out_filter, 1)]
             in_filter = out_filter
-    flops = 0
-    for in_filter, out_filter, stride in convolutions:
-        forward, gradient, side = _convolution_flops(side, in_filter, out_filter, stride)
-        flops += forward + 2 * gradient
-    return flops + 3 * 2 * STAGE_FILTERS[-1] * ORIGINAL_NUM_CLASSES
+    return convolutions
 
 
 def _convolution_flops(side, in_filter, out_filter, stride):

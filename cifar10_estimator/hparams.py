@@ -219,6 +219,15 @@ class HParams:
         0.5, "With --lookahead-steps: the fraction of the way the slow weights move at "
              "each synchronisation.",
         group="optimisation", type=between_zero_and_one, metavar="A")
+    muon_learning_rate: float = option(
+        0.0, "Update the convolution kernels by Muon (Jordan et al. 2024) at rate R "
+             "instead of by the momentum optimizer: their momentum made orthogonal, their "
+             "norm held (training/muon.py). R follows the rate's schedule; every other "
+             "variable keeps --learning-rate. Checkpoints hold the momenta. 0: off.",
+        group="optimisation", type=non_negative_float, metavar="R")
+    muon_momentum: float = option(
+        0.6, "With --muon-learning-rate: the momentum of the kernels' Muon updates "
+             "(Nesterov's).", group="optimisation", type=below_one, metavar="M")
     skip_learned: float = option(
         0.0, "Each step leaves out each example it has learned (its last training loss "
              "below the mean of all examples' last losses) with probability R, and trains "

@@ -21,6 +21,7 @@ from cifar10_estimator.training import checkpoint_saver
 from cifar10_estimator.training import compute
 from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import lookahead
+from cifar10_estimator.training import muon
 from cifar10_estimator.training import mixed_precision
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import progress as run_progress
@@ -105,6 +106,7 @@ class OptimisationConfig(job_hparams.LayerConfig):
       shift_learning_rate_factor: batch norm's shift variables' rate, relative.
       moving_average_decay: the weights' averages kept beside them (None: none).
       lookahead_steps, lookahead_alpha: Lookahead's slow weights (steps 0: none).
+      muon_learning_rate, muon_momentum: Muon for the kernels (rate 0: none).
       sync, num_workers: synchronous replicas, and how many trainers there are.
     """
 
@@ -116,6 +118,8 @@ class OptimisationConfig(job_hparams.LayerConfig):
     moving_average_decay: typing.Optional[float] = job_hparams.DEFAULTS.moving_average_decay
     lookahead_steps: int = job_hparams.DEFAULTS.lookahead_steps
     lookahead_alpha: float = job_hparams.DEFAULTS.lookahead_alpha
+    muon_learning_rate: float = job_hparams.DEFAULTS.muon_learning_rate
+    muon_momentum: float = job_hparams.DEFAULTS.muon_momentum
     sync: bool = job_hparams.DEFAULTS.sync
     num_workers: int = job_hparams.DEFAULTS.num_workers
 
@@ -192,10 +196,16 @@ def _training_resolution(images, hparams):
 def training_compute(hparams):
     """The run's training.compute.TrainingCompute: the examples of each image-size phase
     (_training_resolution's) and the training FLOPs of one at its size
-    (cifar10_model.training_flops_per_example)."""
+    (cifar10_model.training_flops_per_example), with --muon-learning-rate each step's
+    orthogonalisations shared over its examples."""
+    update_flops = 0.0
+    if hparams.muon_learning_rate:
+        update_flops = muon.step_flops(cifar10_model.kernel_shapes(
+            hparams.num_layers)) / hparams.examples_per_global_step
     return compute.TrainingCompute.of_run(
         hparams, cifar10.HEIGHT,
-        lambda side: cifar10_model.training_flops_per_example(hparams.num_layers, side))
+        lambda side: cifar10_model.training_flops_per_example(
+            hparams.num_layers, side) + update_flops)
 
 
 def _class_probabilities(logits):
@@ -419,8 +429,9 @@ def build_towers(image_shards, label_shards, layout, tower_fn, is_training, loss
 
 
 def _make_optimizer(learning_rate, optimisation, is_chief, loss_scale=None,
-                    weight_averages=None, slow_weights=None):
-    """The momentum optimizer of `optimisation` (an OptimisationConfig), unscaling fp16
+                    weight_averages=None, slow_weights=None, kernel_momenta=None):
+    """The momentum optimizer of `optimisation` (an OptimisationConfig), updating the
+    kernels of `kernel_momenta` (a muon.KernelMomenta, or None) by Muon, unscaling fp16
     gradients with `loss_scale` (a mixed_precision.DynamicLossScale, or None),
     synchronising `slow_weights` (a lookahead.SlowWeights, or None) and then updating
     `weight_averages` (a weight_averaging.WeightAverages, or None) after each update, and
@@ -431,6 +442,8 @@ def _make_optimizer(learning_rate, optimisation, is_chief, loss_scale=None,
     """
     optimizer = tf.compat.v1.train.MomentumOptimizer(
         learning_rate, momentum=optimisation.momentum, use_nesterov=optimisation.nesterov)
+    if kernel_momenta is not None:
+        optimizer = muon.MuonOptimizer(optimizer, kernel_momenta)
     if loss_scale is not None:
         optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale)
     if slow_weights is not None:
@@ -591,7 +604,12 @@ def _training_update(tower_gradvars, update_ops, hparams, optimisation, is_chief
     global_step = tf.compat.v1.train.get_or_create_global_step()
     learning_rate = schedule.learning_rate_tensor(hparams, global_step)
     variables = tf.compat.v1.trainable_variables()
-    weight_averages = slow_weights = None
+    weight_averages = slow_weights = kernel_momenta = None
+    if optimisation.muon_learning_rate:
+        # Muon's rate follows the schedule: R x the rate at the step / the base rate.
+        kernel_momenta = muon.KernelMomenta(
+            variables, optimisation.muon_momentum, learning_rate * (
+                optimisation.muon_learning_rate / schedule.base_learning_rate(hparams)))
     if optimisation.moving_average_decay is not None:
         weight_averages = weight_averaging.WeightAverages(
             optimisation.moving_average_decay, variables, global_step)
@@ -600,12 +618,13 @@ def _training_update(tower_gradvars, update_ops, hparams, optimisation, is_chief
             optimisation.lookahead_steps, optimisation.lookahead_alpha, variables,
             global_step, schedule.last_step(hparams))
     optimizer, hooks = _make_optimizer(learning_rate, optimisation, is_chief, loss_scale,
-                                       weight_averages, slow_weights)
+                                       weight_averages, slow_weights, kernel_momenta)
     apply_op = optimizer.apply_gradients(
         scale_shift_gradients(average_gradients(tower_gradvars),
                               optimisation.shift_learning_rate_factor),
         global_step=global_step)
-    holders = [holder for holder in (weight_averages, slow_weights) if holder is not None]
+    holders = [holder for holder in (weight_averages, slow_weights, kernel_momenta)
+               if holder is not None]
     return tf.group(apply_op, *update_ops), learning_rate, holders, hooks
 
 

@@ -1,6 +1,7 @@
 """OptimizerWrapper: the base of optimizers that add to the update of the optimizer they wrap.
 
-fp16's loss scaling (mixed_precision.LossScaleOptimizer), Lookahead's slow weights
+Muon's kernel updates (muon.MuonOptimizer), fp16's loss scaling
+(mixed_precision.LossScaleOptimizer), Lookahead's slow weights
 (lookahead.LookaheadOptimizer) and the weights' moving averages
 (weight_averaging.AveragingOptimizer) each wrap the momentum optimizer and change only
 how gradients are applied; the last two follow each update with one of their own

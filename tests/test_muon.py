@@ -1,0 +1,123 @@
+"""--muon-learning-rate: the kernels' orthogonalised updates at a held norm, the other
+variables' momentum updates, the compute they add, and continuations from checkpoints
+without the momenta."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar10_estimator import cifar10_model
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator import input_fn, model_fn
+from cifar10_estimator.training import muon, schedule
+
+BATCH_SIZE = 4
+MOMENTUM_SUFFIX = "/" + muon.MOMENTUM_NAME
+
+
+def singular_values(matrix):
+    return np.linalg.svd(matrix, compute_uv=False)
+
+
+@pytest.mark.parametrize("shape", [(576, 64), (64, 576), (27, 16), (32, 32)])
+def test_the_iteration_brings_every_singular_value_near_one(shape):
+    # A gradient-like matrix: its directions' strengths spread over a factor of 100.
+    generator = np.random.default_rng(0)
+    rank = min(shape)
+    left, _ = np.linalg.qr(generator.normal(size=(shape[0], rank)))
+    right, _ = np.linalg.qr(generator.normal(size=(shape[1], rank)))
+    matrix = left @ np.diag(np.geomspace(100.0, 1.0, rank)) @ right.T
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        result = session.run(muon.orthogonalised(tf.constant(matrix, tf.float32)))
+    assert result.shape == shape
+    values = singular_values(result)
+    # The quintic iteration leaves them between about 0.7 and 1.2 (Jordan et al.); the
+    # weakest direction is raised 40-fold relative to the strongest.
+    assert 0.5 < values.min() and values.max() < 1.3, values
+
+
+def test_the_update_flops_are_those_of_the_products_counted_by_hand():
+    # One 3x3 kernel from 64 to 64 channels: the 64 x 576 form, 5 iterations of
+    # 2 x 64 x 64 x 576 twice and 2 x 64^3 once.
+    assert muon.step_flops([(3, 3, 64, 64)]) == 5 * (4 * 64 * 64 * 576 + 2 * 64 ** 3)
+    hparams = job_hparams.HParams(num_layers=14, train_batch_size=128)
+    plain = model_fn.training_compute(hparams).flops()
+    with_muon = model_fn.training_compute(
+        job_hparams.HParams(num_layers=14, train_batch_size=128, muon_learning_rate=0.2))
+    shapes = cifar10_model.kernel_shapes(14)
+    assert len(shapes) == 13 and shapes[-1] == (3, 3, 64, 64)
+    assert with_muon.flops() == pytest.approx(
+        plain + schedule.last_step(hparams) * muon.step_flops(shapes))
+
+
+def test_a_kernel_keeps_its_norm_and_moves_by_an_orthogonal_step_the_rest_by_momentum():
+    rate, momentum = 0.1, 0.6
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        kernel = tf.compat.v1.Variable(
+            np.random.default_rng(1).normal(size=(3, 3, 8, 16)).astype(np.float32) * 3,
+            name="conv2d/kernel")
+        bias = tf.compat.v1.Variable(np.zeros(16, np.float32), name="dense/bias")
+        inputs = tf.constant(np.random.default_rng(2).normal(size=(4, 6, 6, 8)), tf.float32)
+        outputs = tf.nn.conv2d(inputs, kernel, 1, "SAME") + bias
+        loss = tf.reduce_mean(tf.square(outputs - 1.0))
+        momenta = muon.KernelMomenta([kernel, bias], momentum, tf.constant(rate))
+        optimizer = muon.MuonOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.5), momenta)
+        gradients = optimizer.compute_gradients(loss)
+        step = optimizer.apply_gradients(gradients, global_step)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            before, bias_gradient = session.run([kernel, gradients[1][0]])
+            session.run(step)
+            after, bias_after, step_reached = session.run([kernel, bias, global_step])
+    assert step_reached == 1
+    # The bias, not a kernel, had plain gradient descent at its own rate.
+    np.testing.assert_allclose(bias_after, -0.5 * bias_gradient, rtol=1e-5)
+    # The kernel: its norm held at sqrt(filters), then a step of rate x an orthogonal
+    # matrix, whose 16 singular values are near 1.
+    held = before * math.sqrt(16) / np.linalg.norm(before)
+    values = singular_values(((held - after) / rate).reshape(72, 16))
+    assert 0.5 < values.min() and values.max() < 1.3, values
+    assert np.linalg.norm(after) == pytest.approx(4.0, rel=0.1)
+
+
+def train(job_dir, max_steps, **fields):
+    hparams = job_hparams.HParams(num_layers=8, train_batch_size=BATCH_SIZE, **fields)
+    layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=1)
+    estimator = tf.estimator.Estimator(model_fn.make_model_fn(layout, hparams),
+                                       config=tf.estimator.RunConfig(model_dir=str(job_dir)))
+    estimator.train(input_fn.make_synthetic_input_fn(1, BATCH_SIZE), max_steps=max_steps)
+
+
+def checkpoint_values(checkpoint):
+    reader = tf.train.load_checkpoint(checkpoint)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.slow
+def test_a_job_continues_with_muon_from_a_checkpoint_without_momenta_and_back(
+        tmp_path, tensorflow_info_messages):
+    job_dir = tmp_path / "job"
+    train(job_dir, 2)
+    at_2 = checkpoint_values(str(job_dir / "model.ckpt-2"))
+    assert not [name for name in at_2 if name.endswith(MOMENTUM_SUFFIX)]
+
+    train(job_dir, 4, muon_learning_rate=0.05)
+    assert any("model.ckpt-2 holds no Muon momenta" in message
+               for message in tensorflow_info_messages)
+    at_4 = checkpoint_values(str(job_dir / "model.ckpt-4"))
+    momenta = {name[:-len(MOMENTUM_SUFFIX)]: value for name, value in at_4.items()
+               if name.endswith(MOMENTUM_SUFFIX)}
+    # One momentum per convolution kernel of ResNet-8 (7), none for other variables.
+    assert len(momenta) == len(cifar10_model.kernel_shapes(8))
+    for name, value in momenta.items():
+        assert value.shape == at_4[name].shape and np.abs(value).max() > 0, name
+        filters = value.shape[-1]
+        assert np.linalg.norm(at_4[name]) == pytest.approx(math.sqrt(filters), rel=0.1)
+
+    # Without the flag the momenta are ignored and training goes on.
+    train(job_dir, 5)
+    assert "global_step" in checkpoint_values(str(job_dir / "model.ckpt-5"))
