@@ -33,9 +33,10 @@ def test_a_record_is_read_back_for_the_same_step_only(cache_home):
     step_speeds.record(hparams, 0, "channels_last", {24: 0.244, 32: 0.5})
     assert step_speeds.recorded(hparams, 0, "channels_last") == {16: 0.1076, 24: 0.244,
                                                                 32: 0.5}
-    # Another batch, precision or layout is another step.
-    other = sprint_settings("--train-batch-size", "64").hparams
-    assert step_speeds.recorded(other, 0, "channels_last") == {}
+    # Another batch, precision or layout, or Muon's updates, is another step.
+    for more in (["--train-batch-size", "64"], ["--muon-learning-rate", "0.2"]):
+        other = sprint_settings(*more).hparams
+        assert step_speeds.recorded(other, 0, "channels_last") == {}
     assert step_speeds.recorded(hparams, 0, "channels_first") == {}
     with open(precision_speed.cache_path(step_speeds.CACHE_FILENAME)) as stream:
         content = json.load(stream)

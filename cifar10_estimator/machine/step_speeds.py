@@ -25,10 +25,12 @@ CACHE_FILENAME = "step_speeds.json"
 
 def step_key(hparams, num_gpus, data_format):
     """What else a step's time depends on: the network, the batch and its towers, the
-    precision, the layout."""
-    return "ResNet-%d, batch %d on %s, %s, %s" % (
+    precision, the layout, and an update that costs per step (--muon-learning-rate's
+    orthogonalisations)."""
+    key = "ResNet-%d, batch %d on %s, %s, %s" % (
         hparams.num_layers, hparams.train_batch_size,
         "%d GPUs" % num_gpus if num_gpus else "the CPU", hparams.precision, data_format)
+    return key + (", Muon" if hparams.muon_learning_rate else "")
 
 
 def recorded(hparams, num_gpus, data_format):
