@@ -9,7 +9,8 @@ from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn, model_fn
 from cifar10_estimator.training import lookahead
 
-BATCH_SIZE = 4
+from small_jobs import BATCH_SIZE, checkpoint_values, train
+
 SLOW_SUFFIX = "/" + lookahead.SLOW_NAME
 
 
@@ -60,19 +61,6 @@ def test_every_trainable_variable_has_a_slow_copy_on_its_own_device(num_gpus, va
         # The moving averages are of the weights, not of their slow copies.
         assert variable.op.name + "/ExponentialMovingAverage" in variables
         assert copy.op.name + "/ExponentialMovingAverage" not in variables
-
-
-def train(job_dir, max_steps, **fields):
-    hparams = job_hparams.HParams(num_layers=8, train_batch_size=BATCH_SIZE, **fields)
-    layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=1)
-    estimator = tf.estimator.Estimator(model_fn.make_model_fn(layout, hparams),
-                                       config=tf.estimator.RunConfig(model_dir=str(job_dir)))
-    estimator.train(input_fn.make_synthetic_input_fn(1, BATCH_SIZE), max_steps=max_steps)
-
-
-def checkpoint_values(checkpoint):
-    reader = tf.train.load_checkpoint(checkpoint)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 @pytest.mark.slow

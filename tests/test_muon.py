@@ -10,10 +10,11 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import input_fn, model_fn
+from cifar10_estimator import model_fn
 from cifar10_estimator.training import muon, schedule
 
-BATCH_SIZE = 4
+from small_jobs import checkpoint_values, train
+
 MOMENTUM_SUFFIX = "/" + muon.MOMENTUM_NAME
 
 
@@ -82,19 +83,6 @@ def test_a_kernel_keeps_its_norm_and_moves_by_an_orthogonal_step_the_rest_by_mom
     values = singular_values(((held - after) / rate).reshape(72, 16))
     assert 0.5 < values.min() and values.max() < 1.3, values
     assert np.linalg.norm(after) == pytest.approx(4.0, rel=0.1)
-
-
-def train(job_dir, max_steps, **fields):
-    hparams = job_hparams.HParams(num_layers=8, train_batch_size=BATCH_SIZE, **fields)
-    layout = model_fn.TowerLayout.for_devices(num_gpus=0, num_cpu_towers=1)
-    estimator = tf.estimator.Estimator(model_fn.make_model_fn(layout, hparams),
-                                       config=tf.estimator.RunConfig(model_dir=str(job_dir)))
-    estimator.train(input_fn.make_synthetic_input_fn(1, BATCH_SIZE), max_steps=max_steps)
-
-
-def checkpoint_values(checkpoint):
-    reader = tf.train.load_checkpoint(checkpoint)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 @pytest.mark.slow
