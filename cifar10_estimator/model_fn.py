@@ -21,8 +21,8 @@ from cifar10_estimator.training import checkpoint_saver
 from cifar10_estimator.training import compute
 from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import lookahead
-from cifar10_estimator.training import muon
 from cifar10_estimator.training import mixed_precision
+from cifar10_estimator.training import muon
 from cifar10_estimator.training import precision
 from cifar10_estimator.training import progress as run_progress
 from cifar10_estimator.training import schedule

@@ -1,6 +1,6 @@
 """Small jobs trained in process: ResNet-8 on synthetic batches through the Estimator, and
 what their checkpoints hold. For the tests of optional training variables (Lookahead's
-slow weights, Muon's momenta) and their continuations."""
+slow weights, Muon's momenta, the weights' averages) and their continuations."""
 
 import tensorflow as tf
 
@@ -20,6 +20,6 @@ def train(job_dir, max_steps, **fields):
 
 
 def checkpoint_values(checkpoint):
-    """{name: value} of a checkpoint's variables."""
+    """{name: value} of a checkpoint's variables (or an export's: EXPORT/variables/variables)."""
     reader = tf.train.load_checkpoint(checkpoint)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}

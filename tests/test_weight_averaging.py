@@ -12,6 +12,8 @@ from cifar10_estimator import input_fn, model_fn
 from cifar10_estimator.training import weight_averaging
 from cifar10_estimator.serving import export
 
+from small_jobs import checkpoint_values
+
 DECAY = 0.9
 BATCH_SIZE = 4
 SHADOW_SUFFIX = "/ExponentialMovingAverage"
@@ -100,12 +102,6 @@ def export_latest(job_dir, export_base, **fields):
     """Export the latest checkpoint of job_dir as a model of `fields` would; its path."""
     return make_estimator(job_dir, **fields).export_saved_model(
         str(export_base), export.serving_input_receiver_fn).decode()
-
-
-def checkpoint_values(checkpoint):
-    """{name: value} of a checkpoint or an export's variables."""
-    reader = tf.train.load_checkpoint(checkpoint)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 def export_values(export_dir):
