@@ -198,14 +198,19 @@ def training_compute(hparams):
     (_training_resolution's) and the training FLOPs of one at its size
     (cifar10_model.training_flops_per_example), with --muon-learning-rate each step's
     orthogonalisations shared over its examples."""
-    update_flops = 0.0
-    if hparams.muon_learning_rate:
-        update_flops = muon.step_flops(cifar10_model.kernel_shapes(
-            hparams.num_layers)) / hparams.examples_per_global_step
     return compute.TrainingCompute.of_run(
         hparams, cifar10.HEIGHT,
         lambda side: cifar10_model.training_flops_per_example(
-            hparams.num_layers, side) + update_flops)
+            hparams.num_layers, side) + update_flops_per_example(hparams))
+
+
+def update_flops_per_example(hparams):
+    """FLOPs of a step's update beyond the network's passes, per example of the step:
+    with --muon-learning-rate, its orthogonalisations (muon.step_flops); else none."""
+    if not hparams.muon_learning_rate:
+        return 0.0
+    return (muon.step_flops(cifar10_model.kernel_shapes(hparams.num_layers))
+            / hparams.examples_per_global_step)
 
 
 def _class_probabilities(logits):

@@ -80,3 +80,24 @@ def test_a_recipes_step_on_smaller_images_resizes_them_and_makes_the_recipes_upd
                                           (["--recipe", "fastest"], "--recipe")])
 def test_a_bad_flag_is_one_line(flags, named):
     assert_one_line_error(run_module(MODULE, flags), 2, named)
+
+
+@pytest.mark.slow
+def test_a_muon_rate_makes_the_profiled_step_update_the_kernels_by_muon():
+    import tensorflow as tf
+    from cifar10_estimator.benchmarks import step_profile
+    from cifar10_estimator.training import muon
+    options = step_profile.StepProfileOptions(num_layers=8, batch_size=4,
+                                              muon_learning_rate=0.06)
+    with tf.Graph().as_default():
+        session, train_op = step_profile.training_session(options)
+        with session:
+            session.run(train_op)
+            names = [variable.op.name for variable in tf.compat.v1.global_variables()]
+    kernels = [name for name in names if name.endswith("/kernel")
+               and "conv2d" in name]
+    # ResNet-8's 7 convolution kernels, each with its Muon momentum.
+    assert len(kernels) == 7
+    assert {kernel + "/" + muon.MOMENTUM_NAME for kernel in kernels} <= set(names)
+    assert step_profile.update_text("quick", 0.06) == (
+        "the quick recipe's update, the kernels' by Muon at 0.06")

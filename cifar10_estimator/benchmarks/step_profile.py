@@ -2,6 +2,7 @@
 
     python -m cifar10_estimator.benchmarks.step_profile [--num-layers 20] [--precision bf16]
         [--batch-size 64] [--steps 20] [--recipe quick] [--image-size 16] [--convolutions]
+        [--muon-learning-rate 0.06]
 
 Builds the trainer's training graph (model_fn, one tower, a constant in-memory batch so
 the input pipeline is out of the picture), runs warm-up steps, then traces `--steps`
@@ -21,7 +22,8 @@ far below the others' rate stands out.
 --recipe takes a recipe's update (its weight averages, momentum, smoothing, weight decay,
 batch norm's shift rate), the depth, batch and precision staying this command's flags;
 --image-size S trains on the images area-resized to S pixels, as a --low-resolution
-phase of the trainer does.
+phase of the trainer does; --muon-learning-rate R updates the kernels by Muon, as the
+trainer's flag does.
 """
 
 import argparse
@@ -80,6 +82,9 @@ class StepProfileOptions:
     image_size: int = cli.option(IMAGE_SIDE, "Side of the trained images: below %d, a "
                                              "--low-resolution phase's." % IMAGE_SIDE,
                                  type=image_side)
+    muon_learning_rate: float = cli.option(0.0, "The trainer's --muon-learning-rate: above "
+                                                "0, the step updates the kernels by Muon.",
+                                           type=cli.non_negative_float, metavar="R")
 
 
 def build_parser():
@@ -203,10 +208,10 @@ def _timing_cells(micros, forward_flops, gradient_flops):
             milliseconds("both gradients"), rate(gradient_flops, "both gradients")]
 
 
-def _hparams(args):
+def hparams_of(args):
     """The HParams of the profiled step, from the trainer's own parser: the recipe applied
-    under this command's depth, batch and precision, a run far longer than the profile,
-    and the one image phase asked for."""
+    under this command's depth, batch, precision and Muon rate, a run far longer than the
+    profile, and the one image phase asked for."""
     phase = ["--lower-resolution-epochs", "0", "--low-resolution-epochs", "0"]
     if args.image_size < IMAGE_SIDE:
         epochs = _PROFILED_RUN_STEPS // 2 // (_NUM_TRAIN_EXAMPLES // args.batch_size)
@@ -214,8 +219,17 @@ def _hparams(args):
     settings = trainer_flags.parse(
         ["--job-dir", "unused", "--recipe", args.recipe, "--num-layers", str(args.num_layers),
          "--train-batch-size", str(args.batch_size), "--precision", args.precision,
+         "--muon-learning-rate", str(args.muon_learning_rate),
          "--train-steps", str(_PROFILED_RUN_STEPS)] + phase)
     return dataclasses.replace(settings.hparams, num_train_examples=_NUM_TRAIN_EXAMPLES)
+
+
+def update_text(recipe, muon_learning_rate):
+    """How the step's update is named in the benchmarks' lines: "the quick recipe's update",
+    with ", the kernels' by Muon at R" where R is above 0."""
+    text = "the %s recipe's update" % recipe
+    return text + (", the kernels' by Muon at %g" % muon_learning_rate
+                   if muon_learning_rate else "")
 
 
 def training_session(args):
@@ -223,7 +237,7 @@ def training_session(args):
     built in the default graph: the trainer's model_fn on a constant in-memory batch."""
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     from cifar10_estimator import input_fn, model_fn
-    hparams = _hparams(args)
+    hparams = hparams_of(args)
     layout = model_fn.TowerLayout.for_devices(0, data_format=args.data_format)
     # The Estimator makes it before model_fn; the resolution phases read it.
     tf.compat.v1.train.get_or_create_global_step()
@@ -258,11 +272,12 @@ def main(argv):
             add_convolution_kernels(metadata.step_stats, layers)
         graph = session.graph
     summed = sum(totals.values())
-    print("ResNet-%d, %s, %s, batch %d, %d pixels, the %s recipe's update: %d traced "
+    print("ResNet-%d, %s, %s, batch %d, %d pixels, %s: %d traced "
           "steps, median wall %.1f ms a step (untraced %.1f), kernel time summed over "
           "threads %.1f ms a step"
           % (args.num_layers, args.precision, args.data_format, args.batch_size,
-             args.image_size, args.recipe, args.steps, 1000 * statistics.median(wall_secs),
+             args.image_size, update_text(args.recipe, args.muon_learning_rate), args.steps,
+             1000 * statistics.median(wall_secs),
              1000 * statistics.median(untraced_secs[len(untraced_secs) // 2:]),
              summed / 1000 / args.steps))
     ranked = totals.most_common()

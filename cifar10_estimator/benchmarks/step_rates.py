@@ -2,7 +2,7 @@
 
     python -m cifar10_estimator.benchmarks.step_rates [--num-layers 14] [--precision fp32]
         [--recipe sprint] [--image-sizes 16 24 32] [--batch-sizes 64 128] [--steps 20]
-        [--rounds 3]
+        [--rounds 3] [--muon-learning-rates 0 0.06]
 
 Builds one training step per (image size, batch size) as step_profile builds it (the
 trainer's model_fn, one tower, a constant in-memory batch, the recipe's update), all in one
@@ -13,7 +13,9 @@ GFLOP/s that makes with the trainer's count of a training example's FLOPs at tha
 (cifar10_model.training_flops_per_example, the figure the trainer's summary uses) and its
 share of the CPU's peak in the step's compute precision (machine/cpu_peak, the clock
 named). The rounds' spread is printed beside each: read a difference smaller than it as
-none.
+none. --muon-learning-rates times each size's step with the kernels updated by Muon at
+each rate (0: the recipe's own update), its orthogonalisations counted in the FLOPs as
+the trainer counts them (model_fn.update_flops_per_example).
 """
 
 import dataclasses
@@ -44,6 +46,10 @@ class StepRatesOptions:
                                 "warm-up steps.", type=cli.positive_int)
     rounds: int = cli.option(3, "Rounds; each times every size once.",
                              type=cli.positive_int)
+    muon_learning_rates: list = cli.option([0.0], "Muon rates to time each step with, as "
+                                                  "the trainer's --muon-learning-rate (0: "
+                                                  "without).", nargs="+",
+                                           type=cli.non_negative_float, metavar="R")
 
 
 def build_parser():
@@ -64,32 +70,42 @@ def _timed_steps(session, train_op, steps):
     return time_them
 
 
+def _profiles(args):
+    """[StepProfileOptions] of each step to time: every size, batch and Muon rate."""
+    return [step_profile.StepProfileOptions(
+                num_layers=args.num_layers, precision=args.precision, batch_size=batch_size,
+                recipe=args.recipe, image_size=side, muon_learning_rate=rate)
+            for side in args.image_sizes for batch_size in args.batch_sizes
+            for rate in args.muon_learning_rates]
+
+
 def _contenders(args):
-    """{(side, batch): timing function}, each step built in its own graph and warmed up."""
+    """{StepProfileOptions: timing function}, each step built in its own graph and warmed
+    up."""
     import tensorflow as tf  # lazy: keeps --help and flag errors fast
     contenders = {}
-    for side in args.image_sizes:
-        for batch_size in args.batch_sizes:
-            profile = step_profile.StepProfileOptions(
-                num_layers=args.num_layers, precision=args.precision, batch_size=batch_size,
-                recipe=args.recipe, image_size=side)
-            with tf.Graph().as_default():
-                session, train_op = step_profile.training_session(profile)
-            timing = _timed_steps(session, train_op, args.steps)
-            timing()
-            contenders[(side, batch_size)] = timing
+    for profile in _profiles(args):
+        with tf.Graph().as_default():
+            session, train_op = step_profile.training_session(profile)
+        timing = _timed_steps(session, train_op, args.steps)
+        timing()
+        contenders[profile] = timing
     return contenders
 
 
 def rows(args, results, peak_gflops):
-    """The table's rows from {(side, batch): Contender of seconds a round}."""
+    """The table's rows from {StepProfileOptions: Contender of seconds a round}."""
+    from cifar10_estimator import model_fn  # lazy: it loads TensorFlow
     table = []
-    for (side, batch_size), contender in results.items():
+    for profile, contender in results.items():
+        side, batch_size = profile.image_size, profile.batch_size
         examples_per_sec = [args.steps * batch_size / secs for secs in contender.measurements]
-        flops = cifar10_model.training_flops_per_example(args.num_layers, side)
+        flops = (cifar10_model.training_flops_per_example(args.num_layers, side)
+                 + model_fn.update_flops_per_example(step_profile.hparams_of(profile)))
         gflops = statistics.median(examples_per_sec) * flops / 1e9
         table.append([
-            side, batch_size, "%.1f" % (1000 * contender.median() / args.steps),
+            side, batch_size, "%g" % profile.muon_learning_rate if profile.muon_learning_rate
+            else "-", "%.1f" % (1000 * contender.median() / args.steps),
             "%.0f (%.0f-%.0f)" % (statistics.median(examples_per_sec), min(examples_per_sec),
                                   max(examples_per_sec)),
             "%.1f" % (flops / 1e6), "%.0f" % gflops,
@@ -111,7 +127,7 @@ def main(argv):
           % (args.num_layers, args.precision, args.recipe, args.rounds, args.steps))
     results = alternating_rounds.measure(_contenders(args), args.rounds)
     print(cli.markdown_table(
-        ["image side", "batch", "ms a step", "examples/sec (rounds' range)",
+        ["image side", "batch", "Muon rate", "ms a step", "examples/sec (rounds' range)",
          "MFLOP an example", "GFLOP/s", "share of peak"],
         rows(args, results, peak_gflops)))
 
