@@ -39,6 +39,20 @@ def test_the_iteration_brings_every_singular_value_near_one(shape):
     assert 0.5 < values.min() and values.max() < 1.3, values
 
 
+def test_a_tall_matrix_gets_the_transpose_of_what_its_transpose_gets():
+    # The iteration works on the smaller side's Gram matrix whichever way the matrix
+    # stands; a kernel's [fan-in, filters] matrix is tall, its transpose wide.
+    tall = np.random.default_rng(1).normal(size=(288, 32))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        from_tall, from_wide = session.run(
+            [muon.orthogonalised(tf.constant(tall, tf.float32)),
+             muon.orthogonalised(tf.constant(tall.T, tf.float32))])
+    np.testing.assert_allclose(from_tall, from_wide.T, rtol=1e-4, atol=1e-5)
+    # Not the identity's trivial agreement: the result is no multiple of the input.
+    assert np.abs(from_tall / np.linalg.norm(from_tall)
+                  - tall / np.linalg.norm(tall)).max() > 1e-2
+
+
 def test_the_update_flops_are_those_of_the_products_counted_by_hand():
     # One 3x3 kernel from 64 to 64 channels: the 64 x 576 form, 5 iterations of
     # 2 x 64 x 64 x 576 twice and 2 x 64^3 once.
