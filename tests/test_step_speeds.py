@@ -81,6 +81,38 @@ def test_the_phases_that_trained_long_enough_give_their_step_times():
     assert measured[16] == pytest.approx(0.1076)
 
 
+def test_a_run_whose_machine_load_changed_between_phases_keeps_no_step_times(caplog):
+    # The Muon sprint run of docs/training.md: a test suite took half the cores through its
+    # 16- and 24-pixel phases and ended before the 32-pixel one, whose steps then ran as
+    # fast as the 16-pixel ones had; the next run, rated from that record, said -45 %.
+    caplog.set_level(logging.INFO, logger="tensorflow")
+    phases = time_to_go.training_phases(recipe_hparams("sprint", 50000), 32)
+    progress, clock = started_progress(7800, 128, phases=phases)
+    clock.cpu.share = 0.92
+    train_steady(progress, clock, 0, 2730, steps_per_sec=1 / 0.17)
+    train_steady(progress, clock, 2730, 5460, steps_per_sec=1 / 0.20)
+    clock.cpu.share = 1.81
+    train_steady(progress, clock, 5460, 7800, steps_per_sec=1 / 0.095)
+    assert progress.step_secs() == {}
+    assert "load of the machine changed" in caplog.text
+    assert "0.92 at 16 pixels" in caplog.text and "1.81 at 32 pixels" in caplog.text
+
+
+def test_a_run_under_one_load_keeps_its_step_times_even_a_shared_one():
+    # What is kept is the sizes' costs relative to each other: a run that shared the
+    # machine all along gives them as well as one alone.
+    for share in (0.9, 1.8):
+        phases = time_to_go.training_phases(recipe_hparams("sprint", 50000), 32)
+        progress, clock = started_progress(7800, 128, phases=phases)
+        clock.cpu.share = share
+        train_steady(progress, clock, 0, 2730, steps_per_sec=1 / 0.036)
+        # Within MAX_CPU_SHARE_SPREAD: kept.
+        clock.cpu.share = share * 1.2
+        train_steady(progress, clock, 2730, 5460, steps_per_sec=1 / 0.063)
+        train_steady(progress, clock, 5460, 7800, steps_per_sec=1 / 0.097)
+        assert progress.step_secs() == pytest.approx({16: 0.036, 24: 0.063, 32: 0.097})
+
+
 def test_a_run_on_one_machine_rates_its_phases_from_the_record(cache_home):
     settings = sprint_settings()
     hparams = settings.hparams

@@ -25,11 +25,26 @@ class FakeClock:
         self.now += secs
 
 
+class FakeCpuClock:
+    """The CPU seconds of a process on a FakeClock: `share` CPU seconds each second."""
+
+    def __init__(self, clock, share=1.8):
+        self.clock, self.share = clock, share
+        self.secs, self._since = 0.0, clock()
+
+    def __call__(self):
+        self.secs += self.share * (self.clock() - self._since)
+        self._since = self.clock()
+        return self.secs
+
+
 def started_progress(last_step, examples_per_global_step, **options):
-    """(a RunProgress on a FakeClock, the clock), its first point recorded at step 0."""
+    """(a RunProgress on a FakeClock, the clock), its first point recorded at step 0; the
+    process's CPU clock, at clock.cpu, runs 1.8 seconds a second unless told otherwise."""
     clock = FakeClock()
+    clock.cpu = FakeCpuClock(clock)
     progress = time_to_go.RunProgress(last_step, examples_per_global_step, clock=clock,
-                                      **options)
+                                      cpu_clock=clock.cpu, **options)
     progress.record(0)
     return progress, clock
 

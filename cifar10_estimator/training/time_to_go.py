@@ -43,6 +43,13 @@ PAUSE_FACTOR = 10
 # cost on this machine well enough to keep for the next run (machine.step_speeds): the
 # sprint recipe's shortest phase, 16 pixels on a Zen 5, trains under a minute.
 MIN_RECORDED_SECS = 30
+# What a run keeps is its phases' step times relative to each other, so they must come
+# from one load of the machine: a run whose process had this many times more CPU seconds
+# a second in one phase than in another (another program took the cores for part of the
+# run) keeps none. Alone, the sprint recipe's phases on a 2-core Zen 4 got within a
+# tenth of each other's; beside a test suite a phase gets about half of what it gets
+# alone.
+MAX_CPU_SHARE_SPREAD = 1.25
 # A training example costs about five evaluated views of an image: the backward pass
 # costs about twice the forward one, and evaluations run larger batches without the
 # optimizer. The cost of a view before an evaluation was timed (docs/training.md).
@@ -160,7 +167,8 @@ class RunProgress:
     """
 
     def __init__(self, last_step, examples_per_global_step, window_secs=PROGRESS_WINDOW_SECS,
-                 clock=time.monotonic, phases=None, evaluations=None, report=None):
+                 clock=time.monotonic, phases=None, evaluations=None, report=None,
+                 cpu_clock=time.process_time):
         """Args:
           last_step: the global step at which training stops.
           examples_per_global_step: examples behind one global step (the global batch
@@ -174,10 +182,14 @@ class RunProgress:
             is expected to keep its share of the wall time).
           report: callable(ProgressEstimate) told of each point the hooks report;
             default: log its progress_line to TensorFlow's logger.
+          cpu_clock: callable returning the CPU seconds this process has used (all its
+            threads), read with clock at each point.
         """
         self._last_step = last_step
         self._examples_per_global_step = examples_per_global_step
         self._clock = clock
+        self._cpu_clock = cpu_clock
+        self._cpu_of_global_step = None
         self._phases = tuple(phases or (TrainingPhase(last_step),))
         self._evaluations = evaluations
         self._report = report or _log_progress_line
@@ -211,7 +223,7 @@ class RunProgress:
 
     def record(self, global_step):
         """Note that training is at global_step now; the first point after a pause resumes it."""
-        now = self._clock()
+        now, now_cpu = self._clock(), self._cpu_clock()
         if self._global_step is not None:
             # The global step never goes back; a hook's fetch in the same run as the
             # update may read it one step before the value a checkpoint listener saw.
@@ -220,10 +232,12 @@ class RunProgress:
             self._outside_secs += now - self._paused_since
             self._paused_since = None
         elif self._time_of_global_step is not None:
-            self._add_training(now - self._time_of_global_step, global_step - self._global_step)
+            self._add_training(now - self._time_of_global_step, global_step - self._global_step,
+                               now_cpu - self._cpu_of_global_step)
         else:
             self._training_start = now
         self._global_step, self._time_of_global_step = global_step, now
+        self._cpu_of_global_step = now_cpu
 
     def pause(self, global_step):
         """Note that training stops at global_step until the next record (an evaluation may
@@ -236,12 +250,23 @@ class RunProgress:
     def step_secs(self, min_secs=MIN_RECORDED_SECS):
         """{image side: seconds a global step took} of each phase that trained at least
         min_secs after its settling seconds (all of them, not only the window's), for
-        machine.step_speeds to keep for the next run."""
-        measured = {}
+        machine.step_speeds to keep for the next run; {} (and a log line saying why)
+        where the phases' CPU shares say the machine's load changed between them
+        (MAX_CPU_SHARE_SPREAD)."""
+        measured, cpu_shares = {}, {}
         for phase, window in zip(self._phases, self._windows):
             secs, steps = window.trained()
             if phase.side and secs >= min_secs and steps:
                 measured[phase.side] = secs / steps
+                cpu_shares[phase.side] = window.cpu_secs() / secs
+        if len(cpu_shares) > 1 and max(cpu_shares.values()) > (
+                MAX_CPU_SHARE_SPREAD * max(min(cpu_shares.values()), 1e-9)):
+            logging.getLogger("tensorflow").info(
+                "This run's step times are not kept for the next run's time to go: the "
+                "load of the machine changed during the run (CPU seconds a second: %s)",
+                ", ".join("%.2f at %d pixels" % (share, side)
+                          for side, share in sorted(cpu_shares.items())))
+            return {}
         return measured
 
     @property
@@ -353,14 +378,14 @@ class RunProgress:
         forward_secs = self._evaluation_secs - self._num_evaluations * EVALUATION_SET_UP_SECS
         return max(forward_secs, 0.5 * self._evaluation_secs) / self._evaluation_views
 
-    def _add_training(self, secs, global_steps):
+    def _add_training(self, secs, global_steps, cpu_secs):
         # An interval belongs to the phase its first step trains in.
         phase = self._phase_of(self._global_step)
         rates = self._phase_rates()
         if rates and global_steps and secs * rates[phase] > PAUSE_FACTOR * global_steps:
             return
         self._training_secs += secs
-        self._windows[phase].add(secs, global_steps)
+        self._windows[phase].add(secs, global_steps, cpu_secs)
 
 
 def _evaluation_cycle_secs(plan, evaluation_secs, full_size_steps_per_sec):
@@ -406,8 +431,9 @@ class _RateWindow:
         self._settling = [0.0, 0]  # secs and global steps of the first settling_secs
         self._total_secs = 0.0
         self._total_steps = 0
+        self._cpu_secs = 0.0  # CPU seconds of the intervals after the settling seconds
 
-    def add(self, secs, global_steps):
+    def add(self, secs, global_steps, cpu_secs=0.0):
         settling = self._total_secs < self._settling_secs
         self._total_secs += secs
         self._total_steps += global_steps
@@ -415,6 +441,7 @@ class _RateWindow:
             self._settling[0] += secs
             self._settling[1] += global_steps
             return
+        self._cpu_secs += cpu_secs
         self._intervals.append((secs, global_steps))
         self._secs += secs
         self._steps += global_steps
@@ -433,6 +460,10 @@ class _RateWindow:
     def trained(self):
         """(seconds, global steps) of all the phase's training after its settling seconds."""
         return (self._total_secs - self._settling[0], self._total_steps - self._settling[1])
+
+    def cpu_secs(self):
+        """The process's CPU seconds over the phase's training after its settling seconds."""
+        return self._cpu_secs
 
     def settling(self):
         """(seconds, steps/sec) of the settling seconds, or None before a step in them."""
