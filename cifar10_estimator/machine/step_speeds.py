@@ -8,7 +8,9 @@ and a run's first phase cannot tell. So a run on one machine keeps the seconds e
 image sizes' steps took, and the next run of the same step on the same machine (CPU,
 TensorFlow, oneDNN: precision_speed.machine_key) rates its phases from them. Kept in the
 user's cache beside the precision probe's ($XDG_CACHE_HOME/cifar10_estimator/
-step_speeds.json); a missing or foreign file is only a missing record.
+step_speeds.json); a missing or foreign file is only a missing record. A run whose
+machine's load changed between its phases gives none to keep
+(time_to_go.MAX_CPU_SHARE_SPREAD).
 """
 
 import datetime
