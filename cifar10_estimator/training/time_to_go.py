@@ -255,10 +255,10 @@ class RunProgress:
         (MAX_CPU_SHARE_SPREAD)."""
         measured, cpu_shares = {}, {}
         for phase, window in zip(self._phases, self._windows):
-            secs, steps = window.trained()
+            secs, steps, cpu_secs = window.trained()
             if phase.side and secs >= min_secs and steps:
                 measured[phase.side] = secs / steps
-                cpu_shares[phase.side] = window.cpu_secs() / secs
+                cpu_shares[phase.side] = cpu_secs / secs
         if len(cpu_shares) > 1 and max(cpu_shares.values()) > (
                 MAX_CPU_SHARE_SPREAD * max(min(cpu_shares.values()), 1e-9)):
             logging.getLogger("tensorflow").info(
@@ -433,7 +433,7 @@ class _RateWindow:
         self._total_steps = 0
         self._cpu_secs = 0.0  # CPU seconds of the intervals after the settling seconds
 
-    def add(self, secs, global_steps, cpu_secs=0.0):
+    def add(self, secs, global_steps, cpu_secs):
         settling = self._total_secs < self._settling_secs
         self._total_secs += secs
         self._total_steps += global_steps
@@ -458,12 +458,10 @@ class _RateWindow:
         return None
 
     def trained(self):
-        """(seconds, global steps) of all the phase's training after its settling seconds."""
-        return (self._total_secs - self._settling[0], self._total_steps - self._settling[1])
-
-    def cpu_secs(self):
-        """The process's CPU seconds over the phase's training after its settling seconds."""
-        return self._cpu_secs
+        """(seconds, global steps, the process's CPU seconds) of all the phase's training
+        after its settling seconds."""
+        return (self._total_secs - self._settling[0], self._total_steps - self._settling[1],
+                self._cpu_secs)
 
     def settling(self):
         """(seconds, steps/sec) of the settling seconds, or None before a step in them."""
