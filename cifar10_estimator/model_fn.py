@@ -17,6 +17,7 @@ from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn
+from cifar10_estimator.training import area_resize
 from cifar10_estimator.training import checkpoint_saver
 from cifar10_estimator.training import compute
 from cifar10_estimator.training import example_skipping
@@ -180,7 +181,8 @@ def _network(config, data_format):
 def _training_resolution(images, hparams):
     """The training images, area-resized to the side of the phase of
     schedule.resolution_phases the global step is in, else (after them) as they are.
-    Read from the global step, the switches hold across restarts."""
+    Read from the global step, the switches hold across restarts; the resize runs on the
+    tower's device (area_resize)."""
     global_step = tf.compat.v1.train.get_global_step()
     trained_on = images
     # From the last phase back: each phase's images where the step is below its end,
@@ -188,7 +190,7 @@ def _training_resolution(images, hparams):
     for side, end in reversed(schedule.resolution_phases(hparams)):
         trained_on = tf.cond(
             global_step < end,
-            lambda side=side: tf.image.resize(images, [side, side], method="area"),
+            lambda side=side: area_resize.area_resize(images, side),
             lambda later=trained_on: later)
     return trained_on
 
@@ -480,11 +482,10 @@ def _predictions(probabilities):
       cifar10.CLASS_NAMES) and probabilities (float32 [N, 10]).
     """
     classes = tf.argmax(probabilities, axis=1)
-    return {
-        "classes": classes,
-        "class_names": tf.gather(tf.constant(cifar10.CLASS_NAMES), classes),
-        "probabilities": probabilities,
-    }
+    # Strings have no GPU kernels: the names are looked up on the host.
+    with tf.device("/cpu:0"):
+        class_names = tf.gather(tf.constant(cifar10.CLASS_NAMES), classes)
+    return {"classes": classes, "class_names": class_names, "probabilities": probabilities}
 
 
 def _inference_scaffold(hparams):
@@ -492,8 +493,9 @@ def _inference_scaffold(hparams):
     Saver restores the averaged weights (weight_averaging.evaluation_saver)."""
     if hparams.moving_average_decay is None:
         return None
-    return tf.compat.v1.train.Scaffold(
-        saver=weight_averaging.evaluation_saver(tf.compat.v1.trainable_variables()))
+    with tf.device("/cpu:0"):  # a Saver's ops are file and string work
+        return tf.compat.v1.train.Scaffold(
+            saver=weight_averaging.evaluation_saver(tf.compat.v1.trainable_variables()))
 
 
 def _predict_spec(features, hparams):
@@ -581,6 +583,8 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
             train_op, learning_rate, update_holders, optimizer_hooks = _training_update(
                 tower_gradvars, update_ops, hparams, optimisation,
                 config.is_chief if config else True, loss_scale)
+        # Summaries and the Saver are host work (strings, files), whatever the strategy.
+        with tf.device("/cpu:0"):
             logged = _training_summaries(learning_rate, loss, stacked_labels,
                                          predictions["classes"], features[0], loss_scale)
             holders = [holder for holder in (loss_scale, skipping)
