@@ -312,6 +312,9 @@ def this_machine():
         details = tf.config.experimental.get_device_details(device)
         gpus.append(Gpu(details.get("device_name", device.name),
                         tuple(details.get("compute_capability", (0, 0)))))
+    # Starts them, so that the sessions after it find them started as set, and the
+    # memory statistics read them.
+    tf.config.list_logical_devices("GPU")
     built_for, cudnn = cuda_libraries.tensorflow_cudnn()
     return Machine(tf.version.VERSION, dict(tf.sysconfig.get_build_info()), gpus, built_for,
                    cudnn, tf.config.experimental.tensor_float_32_execution_enabled(),
