@@ -60,6 +60,7 @@ setup(
         "cifar10-convert=cifar10_estimator.serving.convert:console_main",
         "cifar10-benchmark=cifar10_estimator.benchmarks.suite:console_main",
         "cifar10-curves=cifar10_estimator.curves.plot:console_main",
+        "cifar10-gpu-check=cifar10_estimator.machine.gpu_check:console_main",
     ]},
     classifiers=[
         "Programming Language :: Python :: 3.9",

@@ -206,8 +206,10 @@ def validate(settings, task=None):
 
     Raises:
       UsageError: naming the flag at fault and the fix.
+      Cifar10EstimatorError: where GPUs are asked for, the cuDNN TensorFlow would load
+        is one it cannot run with (machine.cuda_libraries).
     """
-    from cifar10_estimator.machine import hardware
+    from cifar10_estimator.machine import cuda_libraries, hardware
     hparams = settings.hparams
     builds_towers = task is None or task.builds_towers
     try:
@@ -215,6 +217,9 @@ def validate(settings, task=None):
     except ValueError as error:
         raise UsageError("--num-layers: %s" % error)
     if settings.num_gpus > 0 and builds_towers:
+        # First: a cuDNN TensorFlow cannot run with still lets it list the GPUs, and
+        # would fail only at the first convolution.
+        cuda_libraries.check_cudnn()
         check_gpus_present(settings.num_gpus)
     if hparams.label_smoothing >= 1:
         raise UsageError("--label-smoothing %g leaves the label no more weight than the other "

@@ -1,7 +1,11 @@
 """Stand-in programs for the machines the tests are not on: an NVIDIA driver listing two
-GPUs, a PATH with no Python 3.9-3.11 but a python3 3.13."""
+GPUs, a PATH with no Python 3.9-3.11 but a python3 3.13, a cuDNN library of any version."""
 
 import os
+import shutil
+import subprocess
+
+import pytest
 
 # What `nvidia-smi -L` prints on a box of two GPUs.
 TWO_GPUS = ("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-5e2f8c1a-0d6b-4c9e-9a43-1f0e2b7c9d11)\n"
@@ -38,3 +42,18 @@ def path_without_python(directory, python3_version="3.13.1"):
     write_program(stand_ins / "python3", '#!/bin/sh\n[ "$1" = --version ] && '
                   'echo "Python %s" && exit 0\nexit 1\n' % python3_version)
     return str(stand_ins) + os.pathsep + str(tools)
+
+
+def cudnn_dir(directory, version_number):
+    """`directory`, holding a libcudnn.so.8 (compiled here with gcc) whose cudnnGetVersion()
+    returns `version_number` (8100 for 8.1.0) and which does nothing else: a cuDNN to put
+    first on LD_LIBRARY_PATH."""
+    if shutil.which("gcc") is None:
+        pytest.skip("the stand-in cuDNN is compiled with gcc, which is not installed")
+    directory.mkdir(parents=True, exist_ok=True)
+    source = directory / "cudnn.c"
+    source.write_text("#include <stddef.h>\nsize_t cudnnGetVersion(void) { return %d; }\n"
+                      % version_number)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcudnn.so.8", "-o",
+                    str(directory / "libcudnn.so.8"), str(source)], check=True, timeout=120)
+    return directory

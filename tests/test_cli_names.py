@@ -20,6 +20,7 @@ COMMANDS = [
     ("cifar10-synthetic-archive", "cifar10_estimator.data.synthetic_archive"),
     ("cifar10-benchmark", "cifar10_estimator.benchmarks"),
     ("cifar10-curves", "cifar10_estimator.curves"),
+    ("cifar10-gpu-check", "cifar10_estimator.machine.gpu_check"),
 ]
 
 
