@@ -323,7 +323,7 @@ def check_gpus_present(num_gpus):
 
 
 def _check_precision_served(precision_policy, num_gpus):
-    if precision_policy is None or not precision_policy.is_mixed:
+    if precision_policy is None or precision_policy.served_everywhere:
         return
     from cifar10_estimator.machine import hardware
     reason = precision.unsupported_reason(
@@ -393,7 +393,8 @@ def _resolved_precision(settings, task):
             "--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
     name, line = precision_speed.fastest_precision(
-        settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())
+        settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled(),
+        gpu_compute_capabilities=hardware.gpu_compute_capabilities(settings.num_gpus))
     console.console_logger().info(line)
     return name
 

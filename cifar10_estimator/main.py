@@ -297,18 +297,22 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
 
 
 def start_job(settings, task, run_config, data_format):
-    """What a process does before its graphs: determinism and seeds, the schedule's line
-    (flags.resolve told the precision's), and on the chief the job's hyper-parameters
-    saved, with the layout its network computes in (`data_format`).
+    """What a process does before its graphs: determinism, TF32 and seeds, the plan line,
+    and on the chief the job's hyper-parameters saved, with the layout its network
+    computes in (`data_format`).
 
     Returns:
       The cost of an evaluated image against training's precision (evaluated_image_cost).
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import hparams_summary
+    from cifar10_estimator.training import mixed_precision
     hparams = settings.hparams
     if hparams.deterministic:
         tf.config.experimental.enable_op_determinism()
+    # TensorFlow multiplies float32 in TF32 on Ampere and later unless told: fp32 is
+    # float32 throughout (--deterministic runs in it), tf32 asks for TF32 by name.
+    mixed_precision.apply_tensor_float_32(precision.policy(hparams.precision))
     if run_config.tf_random_seed is not None:
         # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
         # Python's random module, not from the graph seed.
@@ -421,13 +425,15 @@ def evaluated_image_cost(precision_policy, num_gpus, hparams):
 
 
 def log_schedule(hparams):
-    """Log the run's length, learning rate and training compute once; warn if the rate
-    never drops."""
+    """Log the run's length, learning rate, training compute and precision once (the plan
+    line); warn if the rate never drops."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import console
-    console.console_logger().info("Recipe %s. %s; %s", hparams.recipe, schedule.describe(hparams),
-                                  model_fn.training_compute(hparams).plan_text())
+    console.console_logger().info(
+        "Recipe %s. %s; %s %s", hparams.recipe, schedule.describe(hparams),
+        model_fn.training_compute(hparams).plan_text(),
+        precision.policy(hparams.precision).plan_text())
     warning = schedule.never_drops_warning(hparams)
     if warning:
         tf.compat.v1.logging.warning(warning)

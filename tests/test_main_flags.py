@@ -227,8 +227,10 @@ def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_me
     trainer.log_schedule(hparams)
     plan, warning = tensorflow_info_messages
     # Then the run's compute: 1000 steps of the global batch on the tutorial's ResNet-44.
-    assert plan.endswith("%s; %.1f TFLOP of training" % (described_as, 1000 * 128 * workers * (
-        cifar10_model.training_flops_per_example(44, 32)) / 1e12)), plan
+    # and its precision.
+    assert plan.endswith("%s; %.1f TFLOP of training in fp32 (float32 throughout, TF32 off)" % (
+        described_as, 1000 * 128 * workers * (
+            cifar10_model.training_flops_per_example(44, 32)) / 1e12)), plan
     assert "the rate stays %s for the whole run" % rate in warning
 
 
