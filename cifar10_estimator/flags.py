@@ -247,7 +247,8 @@ def validate(settings, task=None):
                          "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
                          "channels_last (TensorFlow's other CPU kernels are channels_last only)")
     _check_deterministic(hparams)
-    if builds_towers:
+    trains = task is None or task.is_trainer
+    if trains or (builds_towers and hparams.eval_in_training_precision):
         _check_precision_served(precision.POLICIES.get(hparams.precision), settings.num_gpus)
     for flag, batch_size in (("--train-batch-size", hparams.train_batch_size),
                              ("--eval-batch-size", settings.eval_batch_size)):

@@ -1,3 +1,4 @@
-"""The machine the trainer runs on: what it has (CPU flags, oneDNN, GPUs), its CPU's
-peaks, how fast it trains in bf16 against fp32, measured once and cached, and the
-alternating rounds that this and every benchmark time their contenders in."""
+"""The machine the trainer runs on: what it has (CPU flags, oneDNN, GPUs), the GPUs a
+process computes on, its CPU's peaks, how fast it trains in bf16 against fp32, measured
+once and cached, and the alternating rounds that this and every benchmark time their
+contenders in."""
