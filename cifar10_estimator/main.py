@@ -211,11 +211,13 @@ def make_train_input_fn(settings, task=None):
 
 
 def make_eval_input_fn(settings, subset):
-    """The input_fn evaluating `subset` ('validation' or 'eval'), or synthetic batches."""
+    """The input_fn evaluating `subset` ('validation' or 'eval'), or synthetic batches, on
+    the towers the evaluation batch splits evenly over (flags.Settings.num_eval_towers)."""
     from cifar10_estimator import input_fn
     if settings.use_synthetic_data:
-        return input_fn.make_synthetic_input_fn(settings.num_towers, settings.eval_batch_size)
-    return input_fn.make_tfrecord_input_fn(settings.data_dir, subset, settings.num_towers,
+        return input_fn.make_synthetic_input_fn(settings.num_eval_towers,
+                                                settings.eval_batch_size)
+    return input_fn.make_tfrecord_input_fn(settings.data_dir, subset, settings.num_eval_towers,
                                            settings.eval_batch_size, False)
 
 

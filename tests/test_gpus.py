@@ -2,6 +2,7 @@
 cannot use: the trainer's one-line refusal, the one command's plan and its check after the
 install, and CUDA_VISIBLE_DEVICES read alike by the script and the trainer."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,10 +14,12 @@ import stand_ins
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
+from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster, local_cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.machine import hardware
 from cifar10_estimator.serving import evaluate
+from cifar10_estimator.training import schedule
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
 MODULE = "cifar10_estimator.main"
@@ -300,6 +303,64 @@ def test_the_launcher_deals_out_the_gpus_its_own_cuda_visible_devices_leaves_it(
     # Asked only where the driver lists none: a container may have no nvidia-smi.
     monkeypatch.setattr(hardware, "num_gpus_visible", lambda: 0)
     assert hardware.visible_gpu_entries() == expected
+
+
+# Defaults that fit any GPU count.
+
+def planned_trainer_flags(tmp_path, num_gpus):
+    """The trainer flags and the reason `setup_and_run.sh --dry-run` plans on a box whose
+    driver lists num_gpus GPUs."""
+    driver = stand_ins.nvidia_smi_dir(tmp_path / "driver", stand_ins.gpu_listing(num_gpus))
+    result = run_setup_and_run(["--dry-run"], {
+        "PATH": str(driver) + os.pathsep + os.environ["PATH"],
+        "VENV_DIR": str(tmp_path / "venv"), "PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "venv").exists()
+    lines = result.stdout.splitlines()
+    train = [index for index, line in enumerate(lines) if line.startswith("  Train: ")]
+    assert len(train) == 1, result.stdout
+    return lines[train[0]].split(" --job-dir job ")[1].split(), lines[train[0] + 1].strip()
+
+
+def gpus_seen(monkeypatch, num_gpus):
+    monkeypatch.setattr(hardware, "num_gpus_visible", lambda: num_gpus)
+    monkeypatch.setattr(hardware, "gpu_compute_capabilities", lambda count: [(8, 0)] * count)
+
+
+@pytest.mark.parametrize("num_gpus", range(1, 9))
+def test_the_one_commands_plan_trains_on_every_gpu_and_evaluates_each_example_once(
+        tmp_path, monkeypatch, num_gpus):
+    planned, why = planned_trainer_flags(tmp_path, num_gpus)
+    settings = flags.parse(["--job-dir", "job"] + planned)
+    hparams = settings.hparams
+    assert settings.num_towers == num_gpus
+    # The tutorial's batch of 128, or the nearest multiple of N, at the rate for it.
+    assert hparams.train_batch_size % num_gpus == 0
+    assert abs(hparams.train_batch_size - 128) <= num_gpus // 2
+    assert schedule.base_learning_rate(hparams) == pytest.approx(
+        0.1 * hparams.train_batch_size / 128)
+    if hparams.train_batch_size != 128:
+        assert "its batch of 128 made %d to split evenly over them" % (
+            hparams.train_batch_size) in why
+    # Every validation and test example evaluated once, on as many GPUs as can share a batch.
+    for subset in ("validation", "eval"):
+        assert tfrecord_format.num_examples(subset) % settings.eval_batch_size == 0
+    assert settings.eval_batch_size % settings.num_eval_towers == 0
+    assert settings.num_eval_towers == max(
+        towers for towers in range(1, num_gpus + 1) if settings.eval_batch_size % towers == 0)
+    # The trainer takes the command on N GPUs; where the tutorial's batch does not split
+    # over them, its own refusal of --num-gpus N names the flags the plan added.
+    gpus_seen(monkeypatch, num_gpus)
+    flags.validate(dataclasses.replace(settings, use_synthetic_data=True))
+    alone = flags.parse(["--job-dir", "job", "--use-synthetic-data", "--num-gpus",
+                         str(num_gpus)])
+    if planned == ["--num-gpus", str(num_gpus)]:
+        flags.validate(alone)
+        return
+    with pytest.raises(UsageError) as raised:
+        flags.validate(alone)
+    assert "use %s, the nearest multiple of %d" % (" ".join(planned[2:]), num_gpus) in str(
+        raised.value)
 
 
 def test_tensorflows_own_context_sees_the_sessions_gpus_before_the_jobs_summary_starts_it(
