@@ -128,7 +128,9 @@ class Settings:
                       "(job-dir/eval_test/, job-dir/%s)." % report.TEST_RESULTS_FILENAME,
         group="checkpoints and evaluation", choices=["validation", "eval"])
     eval_batch_size: int = option(
-        100, "Eval batch, split over the towers; must divide the validation and test sets.",
+        100, "Eval batch; must divide the validation and test sets. It is split over as "
+             "many of the towers as it splits evenly over (100 on 3 GPUs: 2 of 50 each), "
+             "so each example is evaluated exactly once.",
         group="checkpoints and evaluation", type=positive_int)
 
     ps_timeout_secs: int = option(
@@ -141,6 +143,15 @@ class Settings:
     def num_towers(self):
         """Towers of this worker: one per GPU, else one per logical CPU device."""
         return self.num_gpus or self.num_cpu_towers
+
+    @property
+    def num_eval_towers(self):
+        """Towers an evaluation runs on: the most of num_towers that --eval-batch-size
+        splits evenly over. 10000 test images have no factor 3 or 7, so no batch that
+        divides them splits over 3, 6 or 7 towers; fewer towers keep each example
+        evaluated once, with no batch padded and no metric masked."""
+        return max(count for count in range(1, self.num_towers + 1)
+                   if self.eval_batch_size % count == 0)
 
 
 def option_fields():
@@ -252,13 +263,11 @@ def validate(settings, task=None):
                          "kernels, which are off here: set TF_ENABLE_ONEDNN_OPTS=1, or use "
                          "channels_last (TensorFlow's other CPU kernels are channels_last only)")
     _check_deterministic(hparams)
-    if builds_towers:
+    trains = task is None or task.is_trainer
+    if trains or (builds_towers and hparams.eval_in_training_precision):
         _check_precision_served(precision.POLICIES.get(hparams.precision), settings.num_gpus)
-    for flag, batch_size in (("--train-batch-size", hparams.train_batch_size),
-                             ("--eval-batch-size", settings.eval_batch_size)):
-        if batch_size % settings.num_towers != 0:
-            raise UsageError("%s %d must be divisible by the number of towers (%d)"
-                             % (flag, batch_size, settings.num_towers))
+    if trains:
+        _check_train_batch_splits(hparams, settings.num_towers)
     if not settings.use_synthetic_data and builds_towers:
         _check_data_dir(settings.data_dir)
         for subset in dict.fromkeys([periodic_eval_subset(settings), "eval"]):
@@ -268,6 +277,46 @@ def validate(settings, task=None):
         # directory is named by the data check, as before.
         _check_low_resolution_ends_before_the_run(
             dataclasses.replace(hparams, **_run_size(settings, task)))
+
+
+def _check_train_batch_splits(hparams, num_towers):
+    if hparams.train_batch_size % num_towers:
+        raise UsageError("--train-batch-size %d does not split evenly over %d towers; use %s"
+                         % (hparams.train_batch_size, num_towers,
+                            train_batch_for_towers_text(hparams, num_towers)))
+
+
+def train_batch_for_towers(batch_size, num_towers):
+    """The multiple of num_towers nearest batch_size (the larger of two as near), at
+    least one example a tower: what scripts/setup_and_run.sh trains on N GPUs."""
+    return max(num_towers, (batch_size + num_towers // 2) // num_towers * num_towers)
+
+
+def train_batch_for_towers_flags(hparams, num_towers):
+    """The flags that train `hparams` on num_towers towers where its batch does not split
+    over them: the nearest batch that does (train_batch_for_towers) and the learning rate
+    scaled to it as --learning-rate-scaling linear scales it, by batch / 128 (already so
+    with that option; the option itself for the batch of 128 it is meant for, unless
+    --sync would scale it by the workers too; else the rate multiplied out)."""
+    batch_size = train_batch_for_towers(hparams.train_batch_size, num_towers)
+    flags = ["--train-batch-size", str(batch_size)]
+    if hparams.learning_rate_scaling == "linear":
+        return flags
+    if hparams.train_batch_size == schedule.REFERENCE_BATCH_SIZE and not hparams.sync:
+        return flags + ["--learning-rate-scaling", "linear"]
+    return flags + ["--learning-rate", "%g" % (
+        hparams.learning_rate * batch_size / hparams.train_batch_size)]
+
+
+def train_batch_for_towers_text(hparams, num_towers):
+    """train_batch_for_towers_flags for an error message, with the rate's arithmetic."""
+    flags = train_batch_for_towers_flags(hparams, num_towers)
+    batch_size = int(flags[1])
+    rate = "the learning rate scaled to it"
+    if hparams.learning_rate_scaling == "none":
+        rate += " (%g x %d/%d)" % (hparams.learning_rate, batch_size,
+                                   hparams.train_batch_size)
+    return "%s, the nearest multiple of %d, with %s" % (" ".join(flags), num_towers, rate)
 
 
 def _check_low_resolution_side(flag, side):
@@ -328,7 +377,7 @@ def check_gpus_present(num_gpus):
 
 
 def _check_precision_served(precision_policy, num_gpus):
-    if precision_policy is None or not precision_policy.is_mixed:
+    if precision_policy is None or precision_policy.served_everywhere:
         return
     from cifar10_estimator.machine import hardware
     reason = precision.unsupported_reason(
@@ -359,12 +408,19 @@ def _check_eval_batch_size_divides(settings, subset):
 def resolve(settings, task=None):
     """The validated settings with what the data, the cluster and the machine decide:
     HParams' derived fields, and the precision --precision auto takes. (The layout inside
-    the model is the devices': model_fn.TowerLayout.for_devices.)
+    the model is the devices': model_fn.TowerLayout.for_devices.) A process that
+    evaluates on fewer towers than it trains on says so.
 
     Args:
       settings: Settings that validate accepted.
       task: the cluster.ClusterTask this process runs, or None.
     """
+    if (task is None or task.evaluates) and settings.num_eval_towers < settings.num_towers:
+        console.console_logger().info(
+            "Evaluations run on %d of the %d towers, %d images each: --eval-batch-size %d "
+            "splits evenly over no more of them, and so each example is evaluated once",
+            settings.num_eval_towers, settings.num_towers,
+            settings.eval_batch_size // settings.num_eval_towers, settings.eval_batch_size)
     return dataclasses.replace(settings, hparams=dataclasses.replace(
         settings.hparams, precision=_resolved_precision(settings, task),
         **_run_size(settings, task)))
@@ -398,7 +454,8 @@ def _resolved_precision(settings, task):
             "--precision auto takes fp32: --deterministic runs in fp32")
         return "fp32"
     name, line = precision_speed.fastest_precision(
-        settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled())
+        settings.num_gpus, hardware.cpu_flags(), hardware.onednn_enabled(),
+        gpu_compute_capabilities=hardware.gpu_compute_capabilities(settings.num_gpus))
     console.console_logger().info(line)
     return name
 

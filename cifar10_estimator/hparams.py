@@ -67,14 +67,18 @@ class HParams:
         "tutorial", _recipes_help(), choices=sorted(recipes.RECIPES))
     # One of precision.PRECISIONS once resolved: hparams.json records what auto took.
     precision: str = option(
-        "fp32", "What training computes in. fp32: float32 throughout (the original). bf16: "
+        "fp32", "What training computes in. fp32: float32 throughout (the original), TF32 "
+                "off on GPUs from Ampere on, where TensorFlow would use it. tf32: float32 "
+                "with TF32 matrix multiplies and convolutions, for GPUs from Ampere on "
+                "(compute capability 8.0). bf16: "
                 "mixed bfloat16, for CPUs with bfloat16 instructions (avx512_bf16, amx_bf16) "
                 "and GPUs from Ampere on. fp16: mixed float16 with dynamic loss scaling, for "
                 "GPUs. Variables stay float32; exports compute in float32, and so does "
                 "evaluation unless --eval-in-training-precision. "
                 "auto: on the CPU, bf16 where this machine serves it and trains faster in "
                 "it than in fp32 (measured once per machine, a few seconds), else fp32; on "
-                "GPUs, fp32. The log and hparams.json say which it took.",
+                "GPUs, tf32 where every one has it, else fp32. The plan line and hparams.json "
+                "say which it took.",
         group="devices", choices=precision.PRECISIONS + (precision.AUTO,))
 
     # The network.
@@ -242,10 +246,10 @@ class HParams:
               "Unset: every run draws anew, as the original.",
         group="optimisation", type=non_negative_int, metavar="N")
     deterministic: bool = option(
-        False, "TensorFlow's op determinism, in fp32: with --seed, two runs of the same "
-               "command end with bitwise the same weights, a run stopped and resumed "
-               "included. Needs --seed; --precision auto then takes fp32. Some ops run "
-               "slower.",
+        False, "TensorFlow's op determinism, in fp32 (TF32 off): with --seed, two runs of "
+               "the same command end with bitwise the same weights, a run stopped and "
+               "resumed included. Needs --seed; --precision auto then takes fp32. Some ops "
+               "run slower.",
         group="optimisation", action="store_true")
 
     # Test-time views: what evaluation, prediction and exports compute; training is

@@ -115,7 +115,8 @@ def hold_job_dir(job_dir, task=None):
 
 
 def make_run_config(settings, task=None):
-    """RunConfig from the settings; the cluster, if any, comes from TF_CONFIG.
+    """RunConfig from the settings; the cluster, if any, comes from TF_CONFIG. The session
+    computes on GPUs 0..N-1 of those visible, their memory taken as it grows (gpu_devices).
 
     Args:
       settings: the run's flags.Settings.
@@ -123,12 +124,13 @@ def make_run_config(settings, task=None):
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from tensorflow.core.protobuf import rewriter_config_pb2
+    from cifar10_estimator.machine import gpu_devices
     session_config = tf.compat.v1.ConfigProto(
         allow_soft_placement=True,
         log_device_placement=settings.log_device_placement,
         intra_op_parallelism_threads=settings.num_intra_threads,
-        inter_op_parallelism_threads=settings.num_inter_threads,
-        gpu_options=tf.compat.v1.GPUOptions(force_gpu_compatible=True))
+        inter_op_parallelism_threads=settings.num_inter_threads)
+    gpu_devices.take_gpus(session_config, num_gpus_of_this_process(settings, task))
     if settings.num_gpus == 0:
         session_config.device_count["CPU"] = settings.num_cpu_towers
     filters = cluster.device_filters(task) if task else None
@@ -144,6 +146,11 @@ def make_run_config(settings, task=None):
     return tf.estimator.RunConfig(
         model_dir=settings.job_dir, session_config=session_config,
         tf_random_seed=graph_seed(settings.hparams.seed, task), **checkpoint_schedule)
+
+
+def num_gpus_of_this_process(settings, task=None):
+    """GPUs this process computes on: --num-gpus, none on a ps, which only serves variables."""
+    return settings.num_gpus if not task or task.builds_towers else 0
 
 
 def graph_seed(seed, task=None):
@@ -204,11 +211,13 @@ def make_train_input_fn(settings, task=None):
 
 
 def make_eval_input_fn(settings, subset):
-    """The input_fn evaluating `subset` ('validation' or 'eval'), or synthetic batches."""
+    """The input_fn evaluating `subset` ('validation' or 'eval'), or synthetic batches, on
+    the towers the evaluation batch splits evenly over (flags.Settings.num_eval_towers)."""
     from cifar10_estimator import input_fn
     if settings.use_synthetic_data:
-        return input_fn.make_synthetic_input_fn(settings.num_towers, settings.eval_batch_size)
-    return input_fn.make_tfrecord_input_fn(settings.data_dir, subset, settings.num_towers,
+        return input_fn.make_synthetic_input_fn(settings.num_eval_towers,
+                                                settings.eval_batch_size)
+    return input_fn.make_tfrecord_input_fn(settings.data_dir, subset, settings.num_eval_towers,
                                            settings.eval_batch_size, False)
 
 
@@ -297,18 +306,25 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
 
 
 def start_job(settings, task, run_config, data_format):
-    """What a process does before its graphs: determinism and seeds, the schedule's line
-    (flags.resolve told the precision's), and on the chief the job's hyper-parameters
-    saved, with the layout its network computes in (`data_format`).
+    """What a process does before its graphs: its GPUs in TensorFlow's own context,
+    determinism, TF32 and seeds, the plan line, and on the chief the job's
+    hyper-parameters saved, with the layout its network computes in (`data_format`).
 
     Returns:
       The cost of an evaluated image against training's precision (evaluated_image_cost).
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.training import hparams_summary
+    from cifar10_estimator.machine import gpu_devices
+    from cifar10_estimator.training import mixed_precision
     hparams = settings.hparams
+    # Before the job's summary writer starts TensorFlow's context on the GPUs.
+    gpu_devices.take_gpus_in_tensorflows_context(num_gpus_of_this_process(settings, task))
     if hparams.deterministic:
         tf.config.experimental.enable_op_determinism()
+    # TensorFlow multiplies float32 in TF32 on Ampere and later unless told: fp32 is
+    # float32 throughout (--deterministic runs in it), tf32 asks for TF32 by name.
+    mixed_precision.apply_tensor_float_32(precision.policy(hparams.precision))
     if run_config.tf_random_seed is not None:
         # The Keras layers under tf.compat.v1.layers draw their initializers' seeds from
         # Python's random module, not from the graph seed.
@@ -421,13 +437,15 @@ def evaluated_image_cost(precision_policy, num_gpus, hparams):
 
 
 def log_schedule(hparams):
-    """Log the run's length, learning rate and training compute once; warn if the rate
-    never drops."""
+    """Log the run's length, learning rate, training compute and precision once (the plan
+    line); warn if the rate never drops."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import console
-    console.console_logger().info("Recipe %s. %s; %s", hparams.recipe, schedule.describe(hparams),
-                                  model_fn.training_compute(hparams).plan_text())
+    console.console_logger().info(
+        "Recipe %s. %s; %s %s", hparams.recipe, schedule.describe(hparams),
+        model_fn.training_compute(hparams).plan_text(),
+        precision.policy(hparams.precision).plan_text())
     warning = schedule.never_drops_warning(hparams)
     if warning:
         tf.compat.v1.logging.warning(warning)

@@ -54,6 +54,31 @@ fi
 python="$VENV_DIR/bin/python"
 archive="$data_dir/cifar-10-python.tar.gz"
 
+# The tutorial's training batch (--train-batch-size's default, hparams.py) over N GPUs: where
+# it does not split evenly, the trainer stops naming the nearest multiple of N with the
+# learning rate scaled to it (flags.train_batch_for_towers_flags), and this plans the same
+# (tests/test_gpus.py checks the two alike for 1 to 8 GPUs). Evaluation needs nothing: it
+# runs on as many of the GPUs as its batch splits evenly over.
+TUTORIAL_TRAIN_BATCH=128
+gpu_trainer_flags() {  # N: the trainer flags of the tutorial's schedule on N GPUs
+  if [ $((TUTORIAL_TRAIN_BATCH % $1)) = 0 ]; then
+    echo "--num-gpus $1"
+  else
+    echo "--num-gpus $1 --train-batch-size $(( (TUTORIAL_TRAIN_BATCH + $1 / 2) / $1 * $1 ))" \
+         "--learning-rate-scaling linear"
+  fi
+}
+
+gpu_trainer_why() {  # N: why gpu_trainer_flags N
+  local batch_text=""
+  if [ $((TUTORIAL_TRAIN_BATCH % $1)) != 0 ]; then
+    batch_text=", its batch of $TUTORIAL_TRAIN_BATCH made $(( (TUTORIAL_TRAIN_BATCH + $1 / 2) / $1 * $1 ))"
+    batch_text+=" to split evenly over them and the learning rate scaled to it"
+  fi
+  echo "the tutorial's schedule, ResNet-44 for 80000 steps, on the $1 GPU$([ "$1" = 1 ] || echo s)" \
+       "the driver lists$batch_text"
+}
+
 # The GPUs decide what is installed and, unless trainer flags are given, what trains.
 gpus=$(driver_gpus)
 num_gpus=$(printf '%s' "$gpus" | grep -c . || true)
@@ -69,8 +94,9 @@ elif [ "$synthetic" = 1 ]; then
          --eval-batch-size 40 --save-checkpoints-steps 15
   why="--synthetic's short ResNet-8 run"
 elif [ "$num_gpus" -gt 0 ]; then
-  set -- --num-gpus "$num_gpus"
-  why="the tutorial's schedule, ResNet-44 for 80000 steps, on the $num_gpus GPUs the driver lists"
+  # shellcheck disable=SC2046  # flags without spaces, split on purpose
+  set -- $(gpu_trainer_flags "$num_gpus")
+  why=$(gpu_trainer_why "$num_gpus")
   check_gpus=1
 else
   why=""  # decided once TensorFlow is installed: the GPUs it sees, if any
@@ -177,7 +203,8 @@ if [ -z "$why" ]; then
     'import tensorflow as tf; print(len(tf.config.list_physical_devices("GPU")))' 2>/dev/null | tail -n 1)
   case "$seen" in ''|*[!0-9]*) seen=0 ;; esac
   if [ "$seen" -gt 0 ]; then
-    set -- --num-gpus "$seen"
+    # shellcheck disable=SC2046  # flags without spaces, split on purpose
+    set -- $(gpu_trainer_flags "$seen")
   else
     set -- --num-gpus 0 --recipe quick
     echo "No GPU found: training the quick recipe (ResNet-14, 20 epochs; about ten minutes on" \

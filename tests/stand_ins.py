@@ -1,5 +1,6 @@
 """Stand-in programs for the machines the tests are not on: an NVIDIA driver listing two
-GPUs, a PATH with no Python 3.9-3.11 but a python3 3.13, a cuDNN library of any version."""
+GPUs (or N), a PATH with no Python 3.9-3.11 but a python3 3.13, a cuDNN library of any
+version."""
 
 import os
 import shutil
@@ -18,11 +19,20 @@ def write_program(path, script):
     return path
 
 
-def nvidia_smi_dir(directory):
-    """`directory`, holding an nvidia-smi that lists TWO_GPUS, to put first on PATH."""
+def gpu_listing(num_gpus):
+    """What `nvidia-smi -L` prints on a box of num_gpus A100s (TWO_GPUS for two)."""
+    if num_gpus == 2:
+        return TWO_GPUS
+    return "".join("GPU %d: NVIDIA A100-SXM4-80GB (UUID: GPU-%08x-0d6b-4c9e-9a43-1f0e2b7c9d11)\n"
+                   % (index, index) for index in range(num_gpus))
+
+
+def nvidia_smi_dir(directory, listing=TWO_GPUS):
+    """`directory`, holding an nvidia-smi that lists `listing` (gpu_listing), to put first
+    on PATH."""
     directory.mkdir(parents=True, exist_ok=True)
     write_program(directory / "nvidia-smi",
-                  '#!/bin/sh\n[ "$1" = -L ] || exit 6\nprintf "%s"\n' % TWO_GPUS)
+                  '#!/bin/sh\n[ "$1" = -L ] || exit 6\nprintf "%s"\n' % listing)
     return directory
 
 

@@ -81,8 +81,11 @@ def test_thread_flags_reach_the_session_config(tmp_path):
     (["--num-layers", "45"], ["--num-layers", "6n+2", "45"]),
     (["--num-gpus", "-1"], ["--num-gpus", "-1"]),
     (["--num-gpus", "0", "--variable-strategy", "GPU"], ["--variable-strategy GPU"]),
-    (["--num-cpu-towers", "3"], ["--train-batch-size 8", "divisible", "3"]),
-    (["--num-cpu-towers", "4", "--eval-batch-size", "6"], ["--eval-batch-size 6", "divisible"]),
+    # The nearest batch that splits, the rate scaled as --learning-rate-scaling linear would.
+    (["--num-cpu-towers", "3"], ["--train-batch-size 8 does not split evenly over 3 towers; "
+                                 "use --train-batch-size 9 --learning-rate 0.1125, the nearest "
+                                 "multiple of 3, with the learning rate scaled to it "
+                                 "(0.1 x 9/8)"]),
     (["--eval-batch-size", "5"], ["--eval-batch-size 5", "16 validation examples"]),
     (["--eval-batch-size", "5", "--eval-subset", "eval"],
      ["--eval-batch-size 5", "32 eval examples"]),
@@ -227,8 +230,10 @@ def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_me
     trainer.log_schedule(hparams)
     plan, warning = tensorflow_info_messages
     # Then the run's compute: 1000 steps of the global batch on the tutorial's ResNet-44.
-    assert plan.endswith("%s; %.1f TFLOP of training" % (described_as, 1000 * 128 * workers * (
-        cifar10_model.training_flops_per_example(44, 32)) / 1e12)), plan
+    # and its precision.
+    assert plan.endswith("%s; %.1f TFLOP of training in fp32 (float32 throughout, TF32 off)" % (
+        described_as, 1000 * 128 * workers * (
+            cifar10_model.training_flops_per_example(44, 32)) / 1e12)), plan
     assert "the rate stays %s for the whole run" % rate in warning
 
 

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn, model_fn
+from cifar10_estimator import main as trainer
+from cifar10_estimator.errors import UsageError
 from cifar10_estimator.machine import hardware
 from cifar10_estimator.training import mixed_precision, precision
 from cli_helpers import assert_one_line_error, run_module
@@ -32,10 +35,14 @@ needs_bf16_cpu = pytest.mark.skipif(not this_cpu_trains_bf16(),
 
 
 def test_every_precision_has_a_compute_dtype():
+    assert precision.PRECISIONS == ("fp32", "tf32", "bf16", "fp16")
     assert [tf.as_dtype(precision.policy(name).compute_dtype) for name in precision.PRECISIONS] == [
-        tf.float32, tf.bfloat16, tf.float16]
+        tf.float32, tf.float32, tf.bfloat16, tf.float16]
     assert [precision.policy(name).loss_scaling for name in precision.PRECISIONS] == [
-        False, False, True]
+        False, False, False, True]
+    # TF32 is a choice of its own: no other precision lets TensorFlow take it.
+    assert [precision.policy(name).tensor_float_32 for name in precision.PRECISIONS] == [
+        False, True, False, False]
     assert job_hparams.DEFAULTS.precision == "fp32"
 
 
@@ -45,6 +52,11 @@ def test_every_precision_has_a_compute_dtype():
     ("fp16", 0, {"avx512_bf16"}, True, (), ["for GPUs", "--precision bf16"]),
     ("fp16", 0, {"avx2"}, True, (), ["for GPUs", "--precision fp32"]),
     ("bf16", 2, set(), False, ((8, 0), (7, 5)), ["8.0", "7.5", "--precision fp16"]),
+    ("tf32", 0, {"avx512_bf16"}, True, (), ["--precision tf32 is for GPUs of compute "
+                                            "capability 8.0", "use --precision fp32"]),
+    ("tf32", 1, set(), False, ((7, 5),), ["--precision tf32 needs GPUs of compute capability "
+                                          "8.0 or newer, and one here is 7.5: use --precision "
+                                          "fp32"]),
 ])
 def test_a_precision_the_machine_cannot_serve_names_what_to_use(
         precision_name, num_gpus, cpu_flags, onednn, gpus, fragments):
@@ -60,6 +72,7 @@ def test_a_precision_the_machine_cannot_serve_names_what_to_use(
     ("bf16", 0, {"avx512_bf16"}, ()),
     ("bf16", 1, set(), ((8, 6),)),
     ("fp16", 1, set(), ((7, 0),)),
+    ("tf32", 2, set(), ((8, 0), (9, 0))),
 ])
 def test_a_precision_the_machine_serves_passes(precision_name, num_gpus, cpu_flags, gpus):
     assert precision.unsupported_reason(precision.policy(precision_name), num_gpus, cpu_flags,
@@ -81,6 +94,73 @@ def test_the_trainer_refuses_an_unserved_precision_in_one_line(tiny_data_dir, tm
                         + TINY_FLAGS + extra, timeout=120, env=env)
     assert_one_line_error(result, 2, *fragments)
     assert not job_dir.exists()  # refused before anything was built or written
+
+
+def resolved(monkeypatch, tmp_path, capabilities, *extra):
+    """flags.resolve of a run on GPUs described by `capabilities` ((major, minor) each)."""
+    monkeypatch.setattr(hardware, "num_gpus_visible", lambda: len(capabilities))
+    monkeypatch.setattr(hardware, "gpu_compute_capabilities",
+                        lambda count: list(capabilities)[:count])
+    settings = flags.parse(["--job-dir", str(tmp_path / "job"), "--use-synthetic-data",
+                            "--num-gpus", str(len(capabilities)), "--train-batch-size", "8",
+                            "--eval-batch-size", "8"] + list(extra))
+    flags.validate(settings)
+    return flags.resolve(settings)
+
+
+A100, V100 = (8, 0), (7, 0)
+
+
+@pytest.mark.parametrize("capabilities, extra, expected", [
+    ([A100, A100], ["--precision", "auto"], "tf32"),
+    ([V100], ["--precision", "auto"], "fp32"),
+    ([A100], ["--precision", "auto", "--deterministic", "--seed", "1"], "fp32"),
+    ([A100], ["--precision", "tf32"], "tf32"),
+    ([A100], [], "fp32"),  # the default: float32 throughout, on any GPU
+])
+def test_the_precision_a_gpu_run_takes(monkeypatch, tmp_path, capabilities, extra, expected):
+    assert resolved(monkeypatch, tmp_path, capabilities, *extra).hparams.precision == expected
+
+
+@pytest.mark.parametrize("capabilities, extra, fragments", [
+    ([A100], ["--precision", "tf32", "--deterministic", "--seed", "1"],
+     ["--deterministic runs in fp32; drop --precision tf32"]),
+    ([V100, V100], ["--precision", "tf32"], ["--precision tf32 needs GPUs of compute "
+                                             "capability 8.0", "7.0", "use --precision fp32"]),
+])
+def test_tf32_where_it_cannot_be_is_refused(monkeypatch, tmp_path, capabilities, extra,
+                                            fragments):
+    with pytest.raises(UsageError) as raised:
+        resolved(monkeypatch, tmp_path, capabilities, *extra)
+    for fragment in fragments:
+        assert fragment in str(raised.value)
+
+
+@pytest.fixture
+def tensor_float_32_restored():
+    """TensorFlow's TF32 switch is the process's: back to its default after the test."""
+    yield
+    tf.config.experimental.enable_tensor_float_32_execution(True)
+
+
+@pytest.mark.parametrize("extra, enabled, plan", [
+    ([], False, "in fp32 (float32 throughout, TF32 off)"),
+    (["--deterministic", "--seed", "3"], False, "in fp32 (float32 throughout, TF32 off)"),
+    (["--precision", "tf32"], True,
+     "in tf32 (float32, its matrix multiplies and convolutions in TF32 on the GPUs' tensor "
+     "cores)"),
+])
+def test_after_the_trainers_setup_tf32_is_on_only_where_asked_and_the_plan_line_says_so(
+        monkeypatch, tmp_path, tensor_float_32_restored, tensorflow_info_messages, extra,
+        enabled, plan):
+    # deterministic's op determinism is the process's too: the trainer's switch alone is run.
+    monkeypatch.setattr(tf.config.experimental, "enable_op_determinism", lambda: None)
+    settings = resolved(monkeypatch, tmp_path, [A100], *extra)
+    tf.config.experimental.enable_tensor_float_32_execution(not enabled)
+    trainer.start_job(settings, None, trainer.make_run_config(settings), "channels_first")
+    assert tf.config.experimental.tensor_float_32_execution_enabled() is enabled
+    (line,) = [message for message in tensorflow_info_messages if message.startswith("Recipe ")]
+    assert line.endswith(plan), line
 
 
 def graph_of_mode(mode, precision_name, num_towers=2, **options):

@@ -133,8 +133,18 @@ def test_auto_takes_fp32_without_measuring_where_no_mixed_precision_is_served(
     assert name == "fp32" and "bf16 needs avx512_bf16 or amx_bf16 instructions" in line
 
 
-def test_auto_on_gpus_is_fp32():
-    assert precision_speed.fastest_precision(2, ZEN4_FLAGS, True, never_measure)[0] == "fp32"
+@pytest.mark.parametrize("capabilities, expected, why", [
+    ([(8, 0), (8, 0)], "tf32", "these GPUs (compute capability 8.0) have TF32 tensor cores"),
+    ([(9, 0), (8, 6)], "tf32", "compute capability 8.6"),
+    ([(7, 0), (7, 0)], "fp32", "TF32 needs compute capability 8.0, and a GPU here is 7.0"),
+    ([(8, 0), (7, 5)], "fp32", "a GPU here is 7.5"),  # every GPU must have it
+    ([], "fp32", "a GPU here is 0.0"),  # GPUs TensorFlow describes without a capability
+])
+def test_auto_on_gpus_names_tf32_where_every_gpu_has_it_else_fp32(capabilities, expected, why):
+    name, line = precision_speed.fastest_precision(2, ZEN4_FLAGS, True, never_measure,
+                                                   gpu_compute_capabilities=capabilities)
+    assert name == expected
+    assert line.startswith("--precision auto: %s (" % expected) and why in line, line
 
 
 @pytest.mark.parametrize("asked", ["auto", "bf16"])

@@ -249,14 +249,15 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
     assert checkpoint_steps(job_dir)[-1] == 40
 
 
-def test_two_cpu_towers_run_on_two_devices_and_sync_on_one_machine_ends_at_train_steps(
+def test_three_cpu_towers_train_on_three_devices_evaluate_on_two_and_sync_ends_at_train_steps(
         tiny_data_dir, tmp_path):
     job_dir = tmp_path / "job"
     # --sync on one machine: the sync optimizer with one replica, whose update thread
-    # must end with the run (no coordinator warning) at exactly --train-steps.
+    # must end with the run (no coordinator warning) at exactly --train-steps. The
+    # evaluation batch of 8 splits evenly over 2 of the 3 towers, not over 3.
     result = run_module(MODULE, trainer_args(
-        tiny_data_dir, job_dir, "--train-steps", "15", "--num-cpu-towers", "2",
-        "--log-device-placement", "--sync"))
+        tiny_data_dir, job_dir, "--train-steps", "15", "--num-cpu-towers", "3",
+        "--train-batch-size", "9", "--log-device-placement", "--sync"))
     assert_trained_and_evaluated(result, job_dir, 15)
     for log in (result.stderr, train_log(job_dir)):
         assert "Coordinator stopped with threads still running" not in log
@@ -265,8 +266,15 @@ def test_two_cpu_towers_run_on_two_devices_and_sync_on_one_machine_ends_at_train
         r"\] (resnet\S*/tower_(\d)/\S+): \((\w+)\): \S+device:CPU:(\d)$", result.stderr, re.M)
     compute = [(tower, device) for _, tower, op_type, device in placements
                if op_type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3", "MatMul")]
-    assert {tower for tower, _ in compute} == {"0", "1"}, result.stderr[-3000:]
+    assert {tower for tower, _ in compute} == {"0", "1", "2"}, result.stderr[-3000:]
     assert all(tower == device for tower, device in compute), compute
+    assert ("Evaluations run on 2 of the 3 towers, 4 images each: --eval-batch-size 8 splits "
+            "evenly over no more of them") in result.stderr
+    # Each of the 32 test images counted once: the accuracy is a whole number of them.
+    with open(str(job_dir / "test_results.json")) as stream:
+        results = json.load(stream)
+    assert results["num_examples"] == 32
+    assert results["accuracy"] * 32 == pytest.approx(round(results["accuracy"] * 32))
 
 
 def test_synthetic_data_needs_no_files(tmp_path):

@@ -4,7 +4,10 @@
         --data-dir DATA --job-dir JOB --num-gpus 0
 
 Each task is a process running `python -m cifar10_estimator.main` with the trainer flags
-after `--` and its own TF_CONFIG, on free ports of 127.0.0.1. Their output is streamed with
+after `--` and its own TF_CONFIG, on free ports of 127.0.0.1. On a GPU box each trainer
+(the chief, then each worker) is given --num-gpus GPUs of its own through
+CUDA_VISIBLE_DEVICES, and sees them as GPUs 0..N-1; the ps tasks get none, and the
+evaluator --evaluator-gpus (none by default: it evaluates on the CPU). Their output is streamed with
 the task's name in front ([chief] ..., [worker0] ...). The launcher waits for the chief and
 the workers, gives the evaluator --evaluator-grace-secs to evaluate the final checkpoint,
 then stops the ps tasks, which never exit by themselves. When a task fails, the launcher
@@ -23,6 +26,8 @@ import time
 from cifar10_estimator import cli
 from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator.distributed import cluster
+from cifar10_estimator.machine import gpu_devices
+from cifar10_estimator.machine import hardware
 from cifar10_estimator.cli import (ArgumentParser, add_options, non_negative_float,
                                    non_negative_int, option, option_fields, parse,
                                    positive_float, positive_int, run_command)
@@ -117,11 +122,54 @@ def trainer_command(trainer_args):
     return [sys.executable, "-u", "-m", TRAINER_MODULE] + list(trainer_args)
 
 
-def task_environment(cluster_spec, task, base_environment=None):
-    """Environment of a task: TF_CONFIG, and this copy of the package first on the path
-    (cli.child_environment)."""
-    return cli.child_environment({"TF_CONFIG": tf_config(cluster_spec, task)},
-                                 base=base_environment)
+def task_environment(cluster_spec, task, base_environment=None, gpus=None):
+    """Environment of a task: TF_CONFIG, this copy of the package first on the path
+    (cli.child_environment), and where `gpus` is given, CUDA_VISIBLE_DEVICES naming them
+    (task_gpus; '' for none)."""
+    variables = {"TF_CONFIG": tf_config(cluster_spec, task)}
+    if gpus is not None:
+        variables[gpu_devices.CUDA_VISIBLE_DEVICES] = gpus
+    return cli.child_environment(variables, base=base_environment)
+
+
+def task_gpus(tasks, num_gpus, evaluator_gpus, visible_gpus):
+    """{Task: its CUDA_VISIBLE_DEVICES value}: num_gpus GPUs of its own for each trainer,
+    in the order of `tasks`, then evaluator_gpus for the evaluator, none for a ps.
+
+    Args:
+      visible_gpus: the CUDA_VISIBLE_DEVICES entries of this machine's GPUs
+        (hardware.visible_gpu_entries).
+
+    Raises:
+      UsageError: there are too few, naming how many each task wants and the fixes.
+    """
+    wanted = [(task, num_gpus if task.task_type in cluster.TRAINER_JOBS
+               else evaluator_gpus if task.task_type == cluster.EVALUATOR else 0)
+              for task in tasks]
+    try:
+        gpus = gpu_devices.gpus_of_tasks([(task.name, count) for task, count in wanted],
+                                         visible_gpus)
+    except ValueError as error:
+        raise UsageError("each task computes on GPUs of its own: %s; ask for fewer "
+                         "(--num-gpus, --num-workers, --evaluator-gpus)" % error)
+    return {task: gpus[task.name] for task in tasks}
+
+
+def evaluator_args(trainer_args, num_gpus, evaluator_gpus):
+    """The evaluator task's trainer flags: the trainers', on --evaluator-gpus GPUs, or on
+    the CPU (its variables too) with none.
+
+    Raises:
+      UsageError: --evaluator-gpus with trainers on the CPU.
+    """
+    if not num_gpus:
+        if evaluator_gpus:
+            raise UsageError("--evaluator-gpus %d: the trainers train on the CPU (--num-gpus "
+                             "0); give them GPUs too, or drop --evaluator-gpus"
+                             % evaluator_gpus)
+        return list(trainer_args)
+    return list(trainer_args) + ["--num-gpus", str(evaluator_gpus)] + (
+        [] if evaluator_gpus else ["--variable-strategy", "CPU"])
 
 
 class TaskProcess:
@@ -267,6 +315,10 @@ class LauncherOptions:
         0, "Stop everything and fail if the cluster runs longer than S seconds (default 0: "
            "no limit).",
         type=non_negative_float, metavar="S")
+    evaluator_gpus: int = option(
+        0, "GPUs the evaluator evaluates on, after the trainers' (default 0: the CPU, "
+           "leaving the GPUs to training). Each trainer takes --num-gpus GPUs of its own.",
+        type=non_negative_int, metavar="N")
     evaluator_grace_secs: float = option(
         EVALUATOR_GRACE_SECS,
         "Once training ended, how long the evaluator may take to evaluate the final "
@@ -278,8 +330,8 @@ class LauncherOptions:
 
 def build_parser():
     parser = ArgumentParser(
-        usage="%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--timeout-secs S] "
-              "[--evaluator-grace-secs S] -- TRAINER FLAGS",
+        usage="%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--evaluator-gpus N] "
+              "[--timeout-secs S] [--evaluator-grace-secs S] -- TRAINER FLAGS",
         description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
                     "processes on 127.0.0.1, each `python -m %s TRAINER FLAGS`." % TRAINER_MODULE)
     add_options(parser, option_fields(LauncherOptions))
@@ -294,8 +346,16 @@ def split_argv(argv):
     return list(argv[:split]), list(argv[split + 1:])
 
 
-def validate_trainer_flags(trainer_args):
+def validate_trainer_flags(trainer_args, task=None, whose=""):
     """Check the trainer flags once here rather than fail in every task.
+
+    Args:
+      task: the cluster.ClusterTask they are checked for (an evaluator), or None: the
+        trainers'.
+      whose: words after "trainer flags (after --)" in an error, naming the task.
+
+    Returns:
+      The trainer's flags.Settings.
 
     Raises:
       UsageError: naming the flag at fault.
@@ -303,27 +363,43 @@ def validate_trainer_flags(trainer_args):
     try:
         settings = trainer_flags.parse(trainer_args)
         trainer_flags.quiet_tensorflow_logs()  # before validate loads TensorFlow
-        trainer_flags.validate(settings)
+        trainer_flags.validate(settings, task)
     except UsageError as error:
-        raise UsageError("trainer flags (after --): %s" % error)
+        raise UsageError("trainer flags (after --)%s: %s" % (whose, error))
+    return settings
 
 
 def main(argv):
     launcher_argv, trainer_args = split_argv(argv)
     args = parse(build_parser(), LauncherOptions, launcher_argv)
-    validate_trainer_flags(trainer_args)
-    # A plain `kill` of the launcher stops the tasks too, as Ctrl-C does.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-
+    num_gpus = validate_trainer_flags(trainer_args).num_gpus
     tasks = cluster_tasks(args.num_ps, args.num_workers, args.evaluator)
     cluster_spec = make_cluster(args.num_ps, args.num_workers,
                                 free_ports(args.num_ps + 1 + args.num_workers))
+    args_of = {task: trainer_args for task in tasks}
+    if args.evaluator:
+        evaluator = Task(cluster.EVALUATOR)
+        args_of[evaluator] = evaluator_args(trainer_args, num_gpus, args.evaluator_gpus)
+        validate_trainer_flags(
+            args_of[evaluator],
+            cluster.task_from_tf_config(tf_config(cluster_spec, evaluator)),
+            " for the evaluator on %s" % ("%d GPUs (--evaluator-gpus)" % args.evaluator_gpus
+                                          if args.evaluator_gpus else
+                                          "the CPU (--evaluator-gpus N gives it GPUs)"))
+    gpus = task_gpus(tasks, num_gpus, args.evaluator_gpus,
+                     hardware.visible_gpu_entries() if num_gpus else [])
+    # A plain `kill` of the launcher stops the tasks too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
     local_cluster = LocalCluster()
     local_cluster.log("cluster %s" % json.dumps(cluster_spec))
+    if num_gpus:
+        local_cluster.log("GPUs (CUDA_VISIBLE_DEVICES): %s" % ", ".join(
+            "%s %s" % (task.name, gpus[task] or "none") for task in tasks))
     try:
         for task in tasks:
-            local_cluster.start(task, trainer_command(trainer_args),
-                                task_environment(cluster_spec, task))
+            local_cluster.start(task, trainer_command(args_of[task]),
+                                task_environment(cluster_spec, task, gpus=gpus[task]))
     except BaseException:
         local_cluster.stop()
         raise

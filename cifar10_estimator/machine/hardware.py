@@ -116,6 +116,18 @@ def driver_gpus():
     return ["GPU %s: %s" % (index, name) for index, name, _ in gpus]
 
 
+def visible_gpu_entries():
+    """The CUDA_VISIBLE_DEVICES entries naming the GPUs this process may use, in CUDA's
+    order, to give a child process some of them: this process's own entries, else the
+    indices 0..M-1 of the M GPUs the driver lists (driver_gpus), or where no driver
+    lists any (a container without nvidia-smi), of those TensorFlow sees."""
+    count = len(driver_gpus()) or num_gpus_visible()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(index) for index in range(count)]
+    return [entry.strip() for entry in visible.split(",")][:count]
+
+
 # Where TensorFlow 2.15 says how loading its GPU libraries went: its library loader names
 # each library it could not open (at VLOG level 1, which TF_CPP_VMODULE turns on; "Cannot
 # dlopen some GPU libraries" names none), the others what it concluded ("Could not find

@@ -95,23 +95,26 @@ def measured_speeds(precision_policy, make_probe=None):
     return speeds
 
 
-def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None):
+def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None,
+                      gpu_compute_capabilities=()):
     """(name, log line) of the precision --precision auto trains in on this machine.
 
     On the CPU, the mixed precisions it serves are measured against fp32 (measured_speeds,
     cached per machine) and the fastest wins; fp32 when none is served or none is faster.
-    GPUs get fp32: this measures CPUs only.
+    GPUs are not measured: tf32 where they have TF32 tensor cores, else fp32
+    (precision.auto_on_gpus).
 
     Args:
       num_gpus: GPUs the towers run on; 0 is the CPU.
       cpu_flags, onednn_enabled: what hardware.cpu_flags() and onednn_enabled() say.
       make_probe: as for measured_speeds.
+      gpu_compute_capabilities: (major, minor) of each GPU used.
     """
     from cifar10_estimator.training import precision
     prefix = "--precision %s: " % precision.AUTO
     if num_gpus:
-        return "fp32", prefix + ("fp32 (it measures CPUs only; on GPUs ask for --precision "
-                                 "fp16 or bf16 yourself)")
+        name, why = precision.auto_on_gpus(gpu_compute_capabilities)
+        return name, prefix + "%s (%s)" % (name, why)
     served = [policy for policy in precision.POLICIES.values() if policy.is_mixed
               and not precision.unsupported_reason(policy, 0, cpu_flags, onednn_enabled)]
     if not served:

@@ -29,6 +29,7 @@ from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, opti
                                    run_command)
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
+from cifar10_estimator.machine import gpu_devices
 from cifar10_estimator.serving import options as shared
 
 # The options naming what is evaluated; one of them is required.
@@ -136,6 +137,9 @@ def predict_subset(checkpoint, hparams, data_dir, subset, batch_size, evaluation
         # The Saver of both restores what exports hold: the averaged weights, if any.
         saver = spec.scaffold.saver or tf.compat.v1.train.Saver()
         config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+        # At most the first GPU, its memory taken as it grows: not every GPU's memory,
+        # which a training on the same machine may be using.
+        gpu_devices.take_gpus(config, 1)
         with tf.compat.v1.Session(config=config) as session:
             try:
                 saver.restore(session, checkpoint)

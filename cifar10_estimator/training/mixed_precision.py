@@ -30,6 +30,13 @@ def compute_dtype(precision_policy, in_policy_precision=True):
     return tf.as_dtype(precision_policy.compute_dtype) if in_policy_precision else tf.float32
 
 
+def apply_tensor_float_32(precision_policy):
+    """Let the GPUs multiply float32 matrices and convolve in TF32, or not, as
+    precision_policy says. TensorFlow's switch is the process's, read by its kernels when
+    they run, so call it before the first session; it does nothing on a CPU."""
+    tf.config.experimental.enable_tensor_float_32_execution(precision_policy.tensor_float_32)
+
+
 def float32_variables(getter, name, *args, **kwargs):
     """variable_scope custom getter: a variable asked for in float16 or bfloat16 is made
     float32 and read through a cast, so checkpoints and the optimizer stay float32."""
