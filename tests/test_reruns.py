@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from cifar10_estimator.training import job_dir_lock
 from cli_helpers import assert_one_line_error, run_module
 from test_training import checkpoint_steps
 
@@ -25,7 +26,7 @@ def job_files(job_dir):
     for folder, _, names in os.walk(str(job_dir)):
         for name in names:
             path = os.path.join(folder, name)
-            if name != "train.log":
+            if name not in ("train.log", job_dir_lock.LOCK_FILENAME):
                 files[os.path.relpath(path, str(job_dir))] = (
                     os.path.getsize(path), os.path.getmtime(path))
     return files
