@@ -325,11 +325,14 @@ def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(trained_job, tmp
     shutil.rmtree(str(job_dir / "eval_validation"))
     shutil.rmtree(str(job_dir / "export"))
     args = trained_job.args_for(job_dir)
+    recorded = (job_dir / "hparams.json").read_bytes()
 
     result = run_module(MODULE, args)
 
     assert result.returncode == 0, result.stderr[-5000:]
     assert checkpoint_steps(job_dir)[-1] == 10
+    # It trained nothing: hparams.json keeps the runs that did, as they were.
+    assert (job_dir / "hparams.json").read_bytes() == recorded
     assert 0.0 <= eval_metrics(job_dir)[10]["accuracy"] <= 1.0
     assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
     assert glob.glob(str(job_dir / "export" / "best" / "*" / "saved_model.pb"))
