@@ -6,8 +6,10 @@ The run, top to bottom: flags (parsed and checked by `flags` before TensorFlow b
 graph; a user error ends with one line on stderr and exit status 2) -> the job dir, held
 by the process that writes its checkpoints -> the data files this process reads, each
 read once and checked (one line and exit status 1 when one is damaged) -> the run's
-Settings, resolved once, and their HParams (saved to job-dir/hparams.json) -> RunConfig
--> tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
+Settings, resolved once -> RunConfig -> on a rerun, the job's newest checkpoint that reads
+(damaged ones set aside) and the run's variables checked against it, before anything is
+written -> the HParams of a run that trains added to job-dir/hparams.json ->
+tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
 SIGTERM and Ctrl-C end it after the step in flight with that step saved (exit status 143,
 130; training.stop_signals); a diverging loss or a full job dir ends it with one line
 (training.run_faults). The console shows what a person watches, and job-dir/train.log
