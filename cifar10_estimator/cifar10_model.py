@@ -104,6 +104,14 @@ def training_flops_per_example(num_layers, side):
     return flops + 3 * 2 * STAGE_FILTERS[-1] * ORIGINAL_NUM_CLASSES
 
 
+def num_layers_of(variable_shapes):
+    """The depth of the ResNet whose variables `variable_shapes` ({name: shape}, e.g. a
+    checkpoint's) are: its weight layers, each convolution and the classifier a kernel
+    (VAR/kernel; their optimizer slots and averages are named VAR/kernel/...)."""
+    return sum(1 for name, shape in variable_shapes.items()
+               if name.rsplit("/", 1)[-1] == "kernel" and len(shape) in (2, 4))
+
+
 def kernel_shapes(num_layers):
     """[height, width, in, out] of each convolution kernel of ResNet-num_layers."""
     return [(KERNEL_SIZE, KERNEL_SIZE, in_filter, out_filter)

@@ -6,20 +6,24 @@ type or check, help and --help group are written here, once, and the trainer's p
 the depth's rule (num_units_per_stage) is here too, for flags.validate and the model.
 The other fields are derived: the trainer fills them in from the data and the cluster
 (flags.resolve). Where the network runs is no hyper-parameter: the devices decide it
-(model_fn.TowerLayout). Training writes the values it used to job-dir/hparams.json, with
-the layout its network computed in, so that a checkpoint can be rebuilt later (the
-evaluate command reads it).
+(model_fn.TowerLayout). Each run that trains a job adds the values it used to
+job-dir/hparams.json, with the layout its network computed in and when and from which
+step it started; the runs before it stay, and a run that trains nothing (refused, or of
+a finished job) writes nothing. The newest run's values rebuild the job's checkpoints
+later (the evaluate command reads them).
 """
 
 import dataclasses
 import json
 import numbers
 import os
+import time
 import typing
 
 from cifar10_estimator import files
-from cifar10_estimator.cli import (below_one, between_zero_and_one, non_negative_float,
-                                   non_negative_int, option, positive_float, positive_int)
+from cifar10_estimator.cli import (below_one, between_zero_and_one, flag_of,
+                                   non_negative_float, non_negative_int, option,
+                                   option_fields, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import precision
@@ -27,7 +31,9 @@ from cifar10_estimator.training import recipes
 from cifar10_estimator.training import schedule
 
 HPARAMS_FILENAME = "hparams.json"
-HPARAMS_FORMAT = "cifar10_estimator.hparams/1"
+HPARAMS_FORMAT = "cifar10_estimator.hparams/2"
+# The format of the file of one run, which earlier versions wrote: read as that run.
+SINGLE_RUN_FORMAT = "cifar10_estimator.hparams/1"
 
 # Which trainable variables weight decay pulls towards 0 (model_fn.decayed_variables).
 WEIGHT_DECAY_SCOPES = ("all", "kernels")
@@ -321,18 +327,42 @@ def record(hparams, data_format):
     return dict(dataclasses.asdict(hparams), data_format=data_format)
 
 
-def save(job_dir, hparams, data_format):
-    """Write the record of `hparams` and `data_format` to job-dir/hparams.json, replacing
-    any older file."""
+@dataclasses.dataclass(frozen=True)
+class TrainingRun:
+    """A run that trained a job, as job-dir/hparams.json keeps it.
+
+    Attributes:
+      hparams: the HParams it trained with.
+      data_format: the layout its network computed in, or None where not recorded.
+      start_time: when it started, in seconds since the epoch, or None (a file of the
+        earlier format, SINGLE_RUN_FORMAT, kept no time: its own time is the run's).
+      start_step: the global step it started from, or None (the earlier format).
+    """
+
+    hparams: HParams
+    data_format: typing.Optional[str]
+    start_time: typing.Optional[float]
+    start_step: typing.Optional[int]
+
+
+def record_run(job_dir, hparams, data_format, start_step):
+    """Add a run that trains the job, with `hparams` and `data_format` from global step
+    start_step on, to job-dir/hparams.json after the runs it holds.
+
+    Raises:
+      Cifar10EstimatorError: the file is there but not ours.
+    """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     tf.io.gfile.makedirs(job_dir)
-    files.write_json(
-        os.path.join(job_dir, HPARAMS_FILENAME),
-        {"format": HPARAMS_FORMAT, "hparams": record(hparams, data_format)})
+    path = os.path.join(job_dir, HPARAMS_FILENAME)
+    runs = _read_runs(job_dir) if files.for_path(path).exists(path) else []
+    runs.append({"hparams": record(hparams, data_format), "start_time": time.time(),
+                 "start_step": start_step})
+    files.write_json(path, {"format": HPARAMS_FORMAT, "runs": runs})
 
 
 def load(job_dir):
-    """The HParams that training saved in job-dir/hparams.json.
+    """The HParams the job's newest run trained with (job-dir/hparams.json).
 
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
@@ -341,8 +371,39 @@ def load(job_dir):
 
 
 def load_record(job_dir):
-    """(HParams, data_format) that training saved in job-dir/hparams.json: the job's
-    hyper-parameters and the layout its network computed in (None where not recorded).
+    """(HParams, data_format) of the job's newest run in job-dir/hparams.json: the
+    hyper-parameters its newest checkpoints were trained with and the layout its network
+    computed in (None where not recorded).
+
+    Raises:
+      Cifar10EstimatorError: the file is missing or not ours.
+    """
+    newest = load_runs(job_dir)[-1]
+    return newest.hparams, newest.data_format
+
+
+def load_runs(job_dir):
+    """The TrainingRun of each run that trained the job, oldest first (job-dir/hparams.json).
+
+    Raises:
+      Cifar10EstimatorError: the file is missing or not ours.
+    """
+    known = {field.name for field in dataclasses.fields(HParams)}
+    runs = _read_runs(job_dir)
+    try:
+        return [TrainingRun(
+            hparams=HParams(**{name: run["hparams"][name] for name in known
+                               if name in run["hparams"]}),
+            data_format=run["hparams"].get("data_format"), start_time=run["start_time"],
+            start_step=run["start_step"]) for run in runs]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise Cifar10EstimatorError("cannot read %s (%s)" % (
+            os.path.join(job_dir, HPARAMS_FILENAME), error))
+
+
+def _read_runs(job_dir):
+    """The runs job-dir/hparams.json holds, as written: [{hparams: record's values,
+    start_time, start_step}], oldest first; a file of SINGLE_RUN_FORMAT is one run.
 
     Raises:
       Cifar10EstimatorError: the file is missing or not ours.
@@ -355,14 +416,34 @@ def load_record(job_dir):
         raise Cifar10EstimatorError(
             "%s is missing: it is written when training starts; pass the --job-dir that "
             "python -m cifar10_estimator.main trained in" % path)
-    known = {field.name for field in dataclasses.fields(HParams)}
     try:
         with file_system.open(path) as stream:
             content = json.load(stream)
+        if content["format"] == SINGLE_RUN_FORMAT:
+            return [{"hparams": dict(content["hparams"]), "start_time": None,
+                     "start_step": None}]
         if content["format"] != HPARAMS_FORMAT:
             raise ValueError("format %r, expected %r" % (content["format"], HPARAMS_FORMAT))
-        values = content["hparams"]
-        return (HParams(**{name: values[name] for name in known if name in values}),
-                values.get("data_format"))
+        if not content["runs"]:
+            raise ValueError("no run")
+        return list(content["runs"])
     except (ValueError, KeyError, TypeError, AttributeError) + file_system.errors as error:
         raise Cifar10EstimatorError("cannot read %s (%s)" % (path, error))
+
+
+def changed_flags(previous, hparams, data_format):
+    """'--flag OLD -> NEW' of each option (and the layout) in which `hparams` and
+    `data_format` differ from the TrainingRun `previous`, in field order."""
+    before = record(previous.hparams, previous.data_format)
+    after = record(hparams, data_format)
+    flagged = [field.name for field in option_fields(HParams)] + ["data_format"]
+    return ["%s %s -> %s" % (flag_of(name), _value_text(before[name]), _value_text(after[name]))
+            for name in flagged if before[name] != after[name]]
+
+
+def _value_text(value):
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "%g" % value if isinstance(value, float) else str(value)

@@ -6,8 +6,10 @@ The run, top to bottom: flags (parsed and checked by `flags` before TensorFlow b
 graph; a user error ends with one line on stderr and exit status 2) -> the job dir, held
 by the process that writes its checkpoints -> the data files this process reads, each
 read once and checked (one line and exit status 1 when one is damaged) -> the run's
-Settings, resolved once, and their HParams (saved to job-dir/hparams.json) -> RunConfig
--> tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
+Settings, resolved once -> RunConfig -> on a rerun, the job's newest checkpoint that reads
+(damaged ones set aside) and the run's variables checked against it, before anything is
+written -> the HParams of a run that trains added to job-dir/hparams.json ->
+tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
 SIGTERM and Ctrl-C end it after the step in flight with that step saved (exit status 143,
 130; training.stop_signals); a diverging loss or a full job dir ends it with one line
 (training.run_faults). The console shows what a person watches, and job-dir/train.log
@@ -15,6 +17,7 @@ gets TensorFlow's whole log (training.console).
 """
 
 import contextlib
+import dataclasses
 import os
 import random
 import sys
@@ -266,7 +269,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     layout = model_fn.TowerLayout.for_devices(
         settings.num_gpus, settings.num_cpu_towers, settings.variable_strategy,
         settings.data_format)
-    evaluation_cost = start_job(settings, task, run_config, layout.data_format)
+    resumption = check_the_job(settings, task, run_config, layout)
+    evaluation_cost = start_job(settings, task, run_config, layout.data_format, resumption)
     last_step = schedule.last_step(hparams)
     progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console,
                                  layout.data_format)
@@ -305,17 +309,61 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     return metrics
 
 
-def start_job(settings, task, run_config, data_format):
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+    """Where a rerun carries its job on from: the checkpoint, its global step, and the line
+    that says so (and what was set aside)."""
+
+    checkpoint: str
+    step: int
+    line: str
+
+
+def check_the_job(settings, task, run_config, layout):
+    """Where this process writes the job's checkpoints and the job has one, before
+    anything is written: its newest checkpoints that do not read set aside
+    (training.damaged_checkpoints), and a rerun whose variables do not fit the newest that
+    does refused (training.rerun_check).
+
+    Returns:
+      The Resumption of the run, or None where it starts the job or writes no checkpoint.
+
+    Raises:
+      UsageError: a flag that shapes the variables differs from the job's.
+      Cifar10EstimatorError: the job has checkpoints and none reads.
+    """
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
+    from cifar10_estimator import cifar10_model, model_fn
+    from cifar10_estimator.training import damaged_checkpoints, rerun_check
+    if task and not task.writes_checkpoints:
+        return None
+    checkpoint, line = damaged_checkpoints.resume_point(settings.job_dir)
+    if checkpoint is None:
+        return None
+    built = rerun_check.built_variables(model_fn.make_model_fn(layout, settings.hparams),
+                                        make_train_input_fn(settings, task), run_config)
+    rerun_check.check(checkpoint, built, model_fn.NETWORK_SCOPE, settings.hparams,
+                      {"num_layers": cifar10_model.num_layers_of})
+    step = int(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+    return Resumption(checkpoint, step, line)
+
+
+def start_job(settings, task, run_config, data_format, resumption=None):
     """What a process does before its graphs: its GPUs in TensorFlow's own context,
-    determinism, TF32 and seeds, the plan line, and on the chief the job's
-    hyper-parameters saved, with the layout its network computes in (`data_format`).
+    determinism, TF32 and seeds, the plan line (flags.resolve told the precision's, and it
+    names the flags changed since the job's last run), the resumption's line, and where
+    the chief trains the job this run's hyper-parameters added to the job's, with the
+    layout its network computes in (`data_format`).
+
+    Args:
+      resumption: the run's Resumption (check_the_job's), or None.
 
     Returns:
       The cost of an evaluated image against training's precision (evaluated_image_cost).
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator.training import hparams_summary
     from cifar10_estimator.machine import gpu_devices
+    from cifar10_estimator.training import hparams_summary
     from cifar10_estimator.training import mixed_precision
     hparams = settings.hparams
     # Before the job's summary writer starts TensorFlow's context on the GPUs.
@@ -333,13 +381,29 @@ def start_job(settings, task, run_config, data_format):
     if not task or task.is_trainer:
         evaluation_cost = evaluated_image_cost(precision.policy(hparams.precision),
                                                settings.num_gpus, hparams)
-    if run_config.is_chief:
-        job_hparams.save(settings.job_dir, hparams, data_format)
+    changes = changed_since_the_last_run(settings.job_dir, hparams, data_format, resumption)
+    start_step = resumption.step if resumption else 0
+    if run_config.is_chief and start_step < schedule.last_step(hparams):
+        job_hparams.record_run(settings.job_dir, hparams, data_format, start_step)
         hparams_summary.write(settings.job_dir, job_hparams.record(hparams, data_format),
                               evaluation_dirs.evaluation_dir(report.TEST_EVAL_NAME))
-    log_schedule(hparams)
-    log_resumption(settings.job_dir, task)
+    log_schedule(hparams, changes)
+    if resumption:
+        from cifar10_estimator.training import console
+        console.console_logger().info(resumption.line)
     return evaluation_cost
+
+
+def changed_since_the_last_run(job_dir, hparams, data_format, resumption):
+    """The flags (hparams.changed_flags) a rerun changed since the job's last run that
+    trained, [] where it starts the job or the job kept no record."""
+    if resumption is None:
+        return []
+    try:
+        previous = job_hparams.load_runs(job_dir)[-1]
+    except Cifar10EstimatorError:
+        return []
+    return job_hparams.changed_flags(previous, hparams, data_format)
 
 
 def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None,
@@ -436,28 +500,21 @@ def evaluated_image_cost(precision_policy, num_gpus, hparams):
     return speeds[precision_policy.name] / speeds["fp32"]
 
 
-def log_schedule(hparams):
+def log_schedule(hparams, changes=()):
     """Log the run's length, learning rate, training compute and precision once (the plan
-    line); warn if the rate never drops."""
+    line), and the flags `changes` (hparams.changed_flags) since the job's last run; warn
+    if the rate never drops."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import model_fn
     from cifar10_estimator.training import console
     console.console_logger().info(
-        "Recipe %s. %s; %s %s", hparams.recipe, schedule.describe(hparams),
+        "Recipe %s. %s; %s %s%s", hparams.recipe, schedule.describe(hparams),
         model_fn.training_compute(hparams).plan_text(),
-        precision.policy(hparams.precision).plan_text())
+        precision.policy(hparams.precision).plan_text(),
+        "; changed since the job's last run: %s" % ", ".join(changes) if changes else "")
     warning = schedule.never_drops_warning(hparams)
     if warning:
         tf.compat.v1.logging.warning(warning)
-
-
-def log_resumption(job_dir, task=None):
-    """Say where a trainer that finds a checkpoint in its job dir carries on from."""
-    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator.training import console
-    checkpoint = tf.train.latest_checkpoint(job_dir)
-    if checkpoint and (task is None or task.writes_checkpoints):
-        console.console_logger().info("Resuming from %s", checkpoint)
 
 
 def make_eval_spec(settings, signals, progress=None):

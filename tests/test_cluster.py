@@ -384,7 +384,7 @@ def assert_only_the_chief_saves(output, job_dir, num_workers=2):
     assert len([name for name in events if not name.endswith(".hparams")]) == 1
     assert len([name for name in events if name.endswith(".hparams")]) == 1
     with open(os.path.join(str(job_dir), "hparams.json")) as stream:
-        assert json.load(stream)["hparams"]["num_workers"] == num_workers
+        assert json.load(stream)["runs"][-1]["hparams"]["num_workers"] == num_workers
 
 
 PLACEMENT = re.compile(r"(?:\] )?(\S+): \((\w+)\): (/job:\S+)$")

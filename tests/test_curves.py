@@ -29,7 +29,7 @@ def two_jobs(trained_job, tmp_path):
     shutil.copytree(trained_job.job_dir, str(other))
     path = other / job_hparams.HPARAMS_FILENAME
     content = json.loads(path.read_text())
-    content["hparams"]["learning_rate"] = 0.05
+    content["runs"][-1]["hparams"]["learning_rate"] = 0.05
     path.write_text(json.dumps(content))
     return trained_job.job_dir, str(other)
 

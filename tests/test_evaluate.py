@@ -143,6 +143,13 @@ def test_a_job_dir_without_hparams_is_a_one_line_error(tiny_data_dir, tmp_path):
     assert_one_line_error(result, 1, os.path.join(str(tmp_path), "hparams.json"), "missing")
 
 
+@slow
+def test_a_job_dir_without_checkpoints_is_a_one_line_error(tiny_data_dir, tmp_path):
+    job_hparams.record_run(str(tmp_path), job_hparams.HParams(num_layers=8), None, 0)
+    result = run_module(MODULE, ["--job-dir", tmp_path, "--data-dir", tiny_data_dir])
+    assert_one_line_error(result, 1, "no checkpoint in %s; train first" % tmp_path)
+
+
 def test_batch_size_must_be_positive(tiny_data_dir, tmp_path):
     result = run_module(MODULE, ["--job-dir", tmp_path, "--data-dir", tiny_data_dir,
                                  "--batch-size", "0"])

@@ -22,7 +22,7 @@ def job_trained_in(trained_job, tmp_path, precision_name):
     shutil.copytree(trained_job.job_dir, job_dir)
     path = job_dir / "hparams.json"
     recorded = json.loads(path.read_text())
-    recorded["hparams"].update(precision=precision_name, eval_flips=True)
+    recorded["runs"][-1]["hparams"].update(precision=precision_name, eval_flips=True)
     path.write_text(json.dumps(recorded))
     return job_dir
 

@@ -5,13 +5,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import cifar10, model_fn
+from cifar10_estimator import cifar10, files, model_fn
 from cifar10_estimator.serving import export, export_dirs
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cli_helpers import cli_env
@@ -200,12 +201,38 @@ def test_training_records_the_hparams_to_rebuild_the_model(trained_job):
     assert job_hparams.load_record(trained_job.job_dir) == (hparams, "channels_last")
 
 
-def test_hparams_json_records_every_hyper_parameter_and_the_layout_of_the_network(tmp_path):
-    hparams = job_hparams.HParams(num_layers=8, label_smoothing=0.1)
-    job_hparams.save(str(tmp_path), hparams, "channels_first")
-    recorded = json.loads((tmp_path / job_hparams.HPARAMS_FILENAME).read_text())["hparams"]
-    assert recorded == dict(dataclasses.asdict(hparams), data_format="channels_first")
-    assert job_hparams.load_record(str(tmp_path)) == (hparams, "channels_first")
+def test_hparams_json_keeps_every_run_that_trained_the_job_with_its_start_and_layout(
+        tmp_path):
+    first = job_hparams.HParams(num_layers=8, label_smoothing=0.1)
+    second = dataclasses.replace(first, train_steps=40)
+    job_hparams.record_run(str(tmp_path), first, "channels_first", 0)
+    job_hparams.record_run(str(tmp_path), second, "channels_last", 20)
+
+    content = json.loads((tmp_path / job_hparams.HPARAMS_FILENAME).read_text())
+    assert content["format"] == job_hparams.HPARAMS_FORMAT
+    assert [run["hparams"] for run in content["runs"]] == [
+        dict(dataclasses.asdict(first), data_format="channels_first"),
+        dict(dataclasses.asdict(second), data_format="channels_last")]
+    runs = job_hparams.load_runs(str(tmp_path))
+    assert [(run.hparams, run.data_format, run.start_step) for run in runs] == [
+        (first, "channels_first", 0), (second, "channels_last", 20)]
+    assert runs[0].start_time <= runs[1].start_time <= time.time()
+    # What rebuilds the job's newest checkpoints: its newest run's.
+    assert job_hparams.load_record(str(tmp_path)) == (second, "channels_last")
+
+
+def test_an_hparams_json_of_one_run_as_earlier_versions_wrote_it_is_read_and_kept(tmp_path):
+    hparams = job_hparams.HParams(num_layers=8)
+    files.write_json(str(tmp_path / job_hparams.HPARAMS_FILENAME), {
+        "format": job_hparams.SINGLE_RUN_FORMAT,
+        "hparams": job_hparams.record(hparams, "channels_last")})
+    assert job_hparams.load_record(str(tmp_path)) == (hparams, "channels_last")
+    assert job_hparams.load_runs(str(tmp_path))[0].start_time is None
+
+    job_hparams.record_run(str(tmp_path), dataclasses.replace(hparams, train_steps=5),
+                           None, 3)
+    runs = job_hparams.load_runs(str(tmp_path))
+    assert [(run.hparams.train_steps, run.start_step) for run in runs] == [(None, None), (5, 3)]
 
 
 def test_load_hparams_names_the_missing_file(tmp_path):

@@ -136,13 +136,17 @@ def test_a_second_ctrl_c_ends_the_run_at_once_without_saving(tiny_data_dir, tmp_
 # Both signals reach an evaluation through the same StopSignals as a training step (the
 # bitwise test stops training with each).
 @pytest.mark.parametrize("signal_number, status", [(signal.SIGTERM, 143)], ids=["SIGTERM"])
+# The final checkpoint's evaluation on the validation set, or the one test evaluation
+# after it.
+@pytest.mark.parametrize("subset", ["validation", "eval"])
 def test_a_stop_signal_during_an_evaluation_leaves_no_half_result(
-        tiny_data_dir, tmp_path, start_trainer, signal_number, status):
-    # The data dir is a link: to a validation set that takes a few seconds to evaluate with
-    # 10 views while the signal comes, then to tiny_data_dir (the same training set, the
-    # same seed) for the same command to carry on, evaluating 16 examples instead of 2000.
-    long_data_dir = tmp_path / "long-validation"
-    cifar_archives.make_tiny_tfrecords(str(long_data_dir), num_validation=2000)
+        tiny_data_dir, tmp_path, start_trainer, signal_number, status, subset):
+    # The data dir is a link: to data whose evaluated subset takes a few seconds to
+    # evaluate with 10 views while the signal comes, then to tiny_data_dir (the same
+    # training set, the same seed) for the same command to carry on, evaluating 16 or 32
+    # examples instead of 2000.
+    long_data_dir = tmp_path / "long-evaluation"
+    cifar_archives.make_tiny_tfrecords(str(long_data_dir), **{"num_" + subset: 2000})
     data_dir = tmp_path / "data"
     data_dir.symlink_to(long_data_dir, target_is_directory=True)
     job_dir = tmp_path / "job"
@@ -150,18 +154,20 @@ def test_a_stop_signal_during_an_evaluation_leaves_no_half_result(
                     "1")
     trainer = start_trainer(*args)
     trainer.wait_for(EVALUATION_STARTED)
+    if subset == "eval":
+        trainer.wait_for(EVALUATION_STARTED)
     trainer.process.send_signal(signal_number)
     code, log = trainer.finish()
 
     assert code == status, log[-3000:]
     assert "Traceback" not in log
-    assert "Finished evaluation" not in log
+    assert "Finished evaluation" not in log.split("Starting evaluation at")[-1]
     assert our_lines(log)[-1] == (
         "%s: stopped by %s during an evaluation, which was abandoned; the latest checkpoint "
         "is %s/model.ckpt-20, and the same command carries on from it"
         % (PROGRAM, signal.Signals(signal_number).name, job_dir))
-    # The evaluation wrote nothing, and nothing was exported.
-    assert not (job_dir / "export").exists()
+    # The evaluation wrote nothing, and nothing was exported after it.
+    assert (job_dir / "export").exists() == (subset == "eval")
     assert not (job_dir / "test_results.json").exists()
 
     data_dir.unlink()

@@ -356,7 +356,7 @@ def test_the_plan_line_and_hparams_json_name_the_recipe_and_the_low_resolution_p
     assert ("images 8x8 until step 4 (0.5 epochs), 16x16 until step 16 (1.5 epochs), then "
             "32x32") in result.stderr
     assert "test accuracy" in result.stdout
-    saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["hparams"]
+    saved = json.loads((tmp_path / "job" / "hparams.json").read_text())["runs"][-1]["hparams"]
     assert (saved["recipe"], saved["weight_decay"], saved["learning_rate_drops"],
             saved["num_layers"], saved["train_steps"]) == ("paper", 1e-4, "paper", 8, 20)
     assert (saved["low_resolution_epochs"], saved["low_resolution"]) == (1.5, 16)

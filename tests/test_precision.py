@@ -413,7 +413,7 @@ def test_a_bf16_job_exports_float32_serves_predict_and_evaluate_and_resumes_in_f
     result = run_module(TRAINER, common + ["--precision", "bf16", "--train-steps", "4",
                                            "--eval-in-training-precision"])
     assert result.returncode == 0, result.stderr[-3000:]
-    recorded = json.loads((job_dir / "hparams.json").read_text())["hparams"]
+    recorded = json.loads((job_dir / "hparams.json").read_text())["runs"][-1]["hparams"]
     assert recorded["precision"] == "bf16" and recorded["eval_in_training_precision"]
 
     (export_dir,) = glob.glob(str(job_dir / "export" / "latest" / "*"))

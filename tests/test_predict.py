@@ -34,11 +34,13 @@ def image_files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def unreadable_files(tmp_path_factory):
-    """(a .png that is text, a .jpg that does not exist)."""
+    """(a .png that is text, an empty .png, a .jpg that does not exist)."""
     directory = tmp_path_factory.mktemp("unreadable")
     not_an_image = directory / "notes.png"
     not_an_image.write_text("not an image\n")
-    return not_an_image, directory / "missing.jpg"
+    empty = directory / "empty.png"
+    empty.write_bytes(b"")
+    return not_an_image, empty, directory / "missing.jpg"
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +84,9 @@ def saved_model_predictions(trained_job, image_files, unreadable_files):
     """One predict of the job dir's SavedModel with --top-k 3 on the two images with the
     unreadable files between them: the tests below each check part of what it did (each
     TensorFlow process costs seconds before it reads an image)."""
-    not_an_image, missing = unreadable_files
+    not_an_image, empty, missing = unreadable_files
     return run_module(MODULE, ["--export-dir", trained_job.job_dir, "--top-k", "3",
-                               image_files[0], not_an_image, missing, image_files[1]])
+                               image_files[0], not_an_image, empty, missing, image_files[1]])
 
 
 @slow
@@ -102,16 +104,17 @@ def test_top_k_prints_k_lines_per_png_and_jpeg_file_of_any_size_most_probable_fi
 def test_unreadable_images_are_reported_and_the_others_still_answered(
         saved_model_predictions, image_files, unreadable_files):
     result = saved_model_predictions
-    not_an_image, missing = unreadable_files
+    not_an_image, empty, missing = unreadable_files
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert [path for path, _, _ in parse_lines(result.stdout)] == [
         str(image_files[0])] * 3 + [str(image_files[1])] * 3
     errors = [line for line in result.stderr.splitlines()
               if line.startswith("python -m %s: error:" % MODULE)]
-    assert len(errors) == 2, result.stderr[-3000:]
+    assert len(errors) == 3, result.stderr[-3000:]
     assert str(not_an_image) in errors[0] and "cannot decode" in errors[0]
-    assert str(missing) in errors[1] and "no such file" in errors[1]
+    assert str(empty) in errors[1] and "cannot decode" in errors[1]
+    assert str(missing) in errors[2] and "no such file" in errors[2]
 
 
 @slow

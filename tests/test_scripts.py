@@ -204,7 +204,7 @@ def test_without_a_gpu_the_one_command_trains_the_quick_recipe_and_says_so(tmp_p
     assert "for the tutorial's schedule: bash scripts/setup_and_run.sh -- --num-gpus 0" in text
     # 20 epochs of 2000 images at 64 a step (31 whole steps an epoch).
     assert "Recipe quick. Training to step 620 (20.0 epochs of 2000 examples" in text, text[-3000:]
-    saved = json.loads((job_dir / "hparams.json").read_text())["hparams"]
+    saved = json.loads((job_dir / "hparams.json").read_text())["runs"][-1]["hparams"]
     assert saved["recipe"] == "quick"
     assert saved["num_layers"] == 14 and saved["train_epochs"] == 20
     assert saved["precision"] in ("fp32", "bf16")  # auto resolved

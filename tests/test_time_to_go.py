@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from cifar10_estimator import files, flags
+from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.benchmarks import time_to_go_errors
 from cifar10_estimator.training import schedule
@@ -355,8 +355,7 @@ def test_the_errors_of_a_finished_runs_time_to_go_come_from_its_log(tmp_path):
     # A run resumed once: the log's last run is read, from the schedule's line on.
     hparams = dataclasses.replace(recipe_hparams("sprint", 50000), train_steps=1000,
                                   lower_resolution_epochs=0.64, low_resolution_epochs=0.64)
-    files.write_json(str(tmp_path / job_hparams.HPARAMS_FILENAME), {
-        "format": job_hparams.HPARAMS_FORMAT, "hparams": job_hparams.record(hparams, None)})
+    job_hparams.record_run(str(tmp_path), hparams, None, 0)
     lines = [(0, "Recipe sprint. Training to step 1000"), (5, "step 500/1000 (50 %), 9 "
              "examples/sec, about 2 h to go"), (9, "Recipe sprint. Training to step 1000")]
     # Two steps a second; each phase's first 120 steps at 800 examples/sec, then 1000.

@@ -121,7 +121,7 @@ def test_averaged_weights_flips_precision_auto_and_eval_subset_are_recorded_and_
     assert result.returncode == 0, result.stderr[-5000:]
     assert_evaluated_on_test_during_training_without_best_export(
         result, job_dir, "--eval-subset eval")
-    hparams = json.loads((job_dir / "hparams.json").read_text())["hparams"]
+    hparams = json.loads((job_dir / "hparams.json").read_text())["runs"][-1]["hparams"]
     assert (hparams["moving_average_decay"], hparams["eval_flips"]) == (0.9, True)
     # --precision auto says what it took and records it, not "auto".
     chosen = re.search(r"--precision auto: (\w+) \(", result.stderr).group(1)
@@ -159,7 +159,8 @@ def test_the_same_seed_trains_the_same_weights_and_another_seed_others(trained_j
         assert result.returncode == 0, result.stderr[-5000:]
     runs = {}
     for (name, job_dir), seed in zip(job_dirs.items(), (7, 7, 8)):
-        assert json.loads((job_dir / "hparams.json").read_text())["hparams"]["seed"] == seed
+        recorded = json.loads((job_dir / "hparams.json").read_text())["runs"][-1]["hparams"]
+        assert recorded["seed"] == seed
         runs[name] = final_weights(job_dir)
     kernel = next(name for name in runs["first"] if name.endswith("conv2d/kernel"))
     for name, value in runs["first"].items():
@@ -230,7 +231,7 @@ def test_train_epochs_fits_the_drops_and_a_rerun_continues_with_a_new_schedule(
     assert re.search(r"learning_rate = 0\.033333\d*, loss = \S+", rerun_log), rerun_log[-3000:]
     assert checkpoint_steps(job_dir)[-1] == 24
     with open(str(job_dir / "hparams.json")) as stream:
-        recorded = json.load(stream)["hparams"]
+        recorded = json.load(stream)["runs"][-1]["hparams"]
     assert (recorded["train_epochs"], recorded["learning_rate"],
             recorded["learning_rate_schedule"]) == (3, 0.05, "linear")
 
@@ -332,11 +333,14 @@ def test_rerun_of_a_finished_job_evaluates_its_final_checkpoint(trained_job, tmp
     shutil.rmtree(str(job_dir / "eval_validation"))
     shutil.rmtree(str(job_dir / "export"))
     args = trained_job.args_for(job_dir)
+    recorded = (job_dir / "hparams.json").read_bytes()
 
     result = run_module(MODULE, args)
 
     assert result.returncode == 0, result.stderr[-5000:]
     assert checkpoint_steps(job_dir)[-1] == 10
+    # It trained nothing: hparams.json keeps the runs that did, as they were.
+    assert (job_dir / "hparams.json").read_bytes() == recorded
     assert 0.0 <= eval_metrics(job_dir)[10]["accuracy"] <= 1.0
     assert glob.glob(str(job_dir / "export" / "latest" / "*" / "saved_model.pb"))
     assert glob.glob(str(job_dir / "export" / "best" / "*" / "saved_model.pb"))
@@ -374,7 +378,8 @@ def test_tensorboard_reads_the_same_tags_for_training_and_evaluation_and_the_hpa
     # The HParams dashboard: the job's resolved values and the metrics it shows.
     session = metadata.parse_session_start_info_plugin_data(
         runs.SummaryMetadata(".", metadata.SESSION_START_INFO_TAG).plugin_data.content)
-    recorded = json.loads(pathlib.Path(trained_job.job_dir, "hparams.json").read_text())["hparams"]
+    recorded = json.loads(pathlib.Path(trained_job.job_dir, "hparams.json").read_text())[
+        "runs"][-1]["hparams"]
     assert session.hparams["num_layers"].number_value == recorded["num_layers"] == 8
     assert session.hparams["recipe"].string_value == "tutorial"
     assert session.hparams["eval_flips"].bool_value is False

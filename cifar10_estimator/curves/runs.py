@@ -26,9 +26,9 @@ class Run:
     """One job directory's curves, in epochs of its training set, in wall-clock minutes and
     in TFLOP of training.
 
-    Minutes count from the run's start (when it wrote hparams.json or its first training
-    summary, whichever came first) to when a value was written; a run stopped and resumed
-    counts the pause too. TFLOP are the training compute up to a value's global step, as
+    Minutes count from the job's start (when its first run started, as hparams.json
+    records it, or its first training summary, whichever came first) to when a value was
+    written; a job stopped and resumed counts the pause too. TFLOP are the training compute up to a value's global step, as
     the trainer counts it from the run's hyper-parameters (training.compute).
 
     Attributes:
@@ -80,7 +80,7 @@ def read_run(job_dir):
     from cifar10_estimator import model_fn  # lazy: keeps curves' --help and errors fast
     training_compute = model_fn.training_compute(hparams)
     rates = _scalar_by_step(job_dir, LEARNING_RATE_TAG)
-    start = _start_time(job_dir)
+    start = _start_time(job_dir, job_hparams.load_runs(job_dir)[0])
     test_path = os.path.join(job_dir, report.TEST_RESULTS_FILENAME)
     test_accuracy = _test_accuracy(job_dir)
     return Run(job_dir=job_dir, hparams=hparams,
@@ -124,14 +124,13 @@ def _against(values_by_step, x_of):
             for step, (wall_time, value) in sorted(values_by_step.items())]
 
 
-def _start_time(job_dir):
-    """When the run started (seconds since the epoch): the earlier of its hparams.json,
-    written before the graph is built, and its first event of any training event file."""
+def _start_time(job_dir, first_run):
+    """When the job started (seconds since the epoch): the earlier of its first run's
+    start (the TrainingRun first_run; in a file of the earlier format, which kept no
+    time, the file's own time) and the first event of any training event file."""
     import tensorflow as tf  # lazy: keeps curves' --help and flag errors fast
-    times = []
-    hparams_path = os.path.join(job_dir, job_hparams.HPARAMS_FILENAME)
-    if os.path.exists(hparams_path):
-        times.append(os.path.getmtime(hparams_path))
+    times = [first_run.start_time if first_run.start_time is not None
+             else os.path.getmtime(os.path.join(job_dir, job_hparams.HPARAMS_FILENAME))]
     for path in glob.glob(os.path.join(job_dir, "events.out.tfevents.*")):
         try:
             for event in tf.compat.v1.train.summary_iterator(path):

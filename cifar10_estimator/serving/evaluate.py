@@ -4,8 +4,9 @@ class, confusion matrix.
     python -m cifar10_estimator.serving.evaluate --job-dir JOB --data-dir DATA [--subset validation]
     python -m cifar10_estimator.serving.evaluate --model FILE --data-dir DATA [--subset validation]
 
-With --job-dir the network is rebuilt from job-dir/hparams.json (written by training)
-and restored from the latest checkpoint of the job dir, or --checkpoint. Predictions
+With --job-dir the network is rebuilt from job-dir/hparams.json (its newest run's, written
+by training) and restored from the newest checkpoint of the job dir that reads (one line
+names the newer ones that do not), or --checkpoint. Predictions
 are those of the exported model (argmax over the 10 real classes, see
 model_fn._predictions): with the weights' moving averages if training kept them
 (--moving-average-decay), and averaged over each image's mirror and shifted views if
@@ -24,9 +25,9 @@ import numpy as np
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import files
-from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
-                                   option_fields, parse, positive_int, quiet_tensorflow_logs,
-                                   run_command)
+from cifar10_estimator.cli import (ArgumentParser, add_options, first_line,
+                                   invoked_program, option, option_fields, parse,
+                                   positive_int, quiet_tensorflow_logs, run_command)
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.machine import gpu_devices
@@ -65,32 +66,40 @@ def build_parser():
 
 
 def resolve_checkpoint(job_dir, checkpoint=None):
-    """The checkpoint prefix to evaluate: `checkpoint`, or the latest in job_dir.
+    """The checkpoint prefix to evaluate: `checkpoint`, or the newest in job_dir that reads.
+
+    Where newer ones do not read (training.damaged_checkpoints), one line on stderr names
+    them and the one evaluated instead; the job dir is left as it is.
 
     Args:
       job_dir: the training job dir.
       checkpoint: None, a checkpoint prefix (PATH.index exists) or a directory of
-        checkpoints (its latest is taken).
+        checkpoints (its newest that reads is taken).
 
     Raises:
-      Cifar10EstimatorError: there is no such checkpoint.
+      Cifar10EstimatorError: there is no such checkpoint, or it (every one) cannot be read.
     """
     import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
-    if checkpoint is None:
-        latest = tf.train.latest_checkpoint(job_dir)
-        if latest is None:
+    from cifar10_estimator.training import damaged_checkpoints
+    if checkpoint is None or tf.io.gfile.isdir(checkpoint):
+        directory = job_dir if checkpoint is None else checkpoint
+        newest = damaged_checkpoints.newest_readable(directory)
+        if newest.checkpoint is None:
             raise Cifar10EstimatorError(
-                "no checkpoint in %s; train first, or pass --checkpoint PATH" % job_dir)
-        return latest
-    if tf.io.gfile.isdir(checkpoint):
-        latest = tf.train.latest_checkpoint(checkpoint)
-        if latest is None:
-            raise Cifar10EstimatorError("no checkpoint in directory %s" % checkpoint)
-        return latest
+                "no checkpoint in %s; train first, or pass --checkpoint PATH" % directory
+                if checkpoint is None else "no checkpoint in directory %s" % directory)
+        if newest.unreadable:
+            print("%s: warning: %s: evaluating %s, the newest that reads" % (
+                invoked_program(), newest.unreadable_text(), newest.checkpoint),
+                file=sys.stderr, flush=True)
+        return newest.checkpoint
     if not tf.io.gfile.exists(checkpoint + ".index"):
         raise Cifar10EstimatorError(
             "checkpoint %s not found (no %s.index); pass a prefix such as "
             "JOB/model.ckpt-1000 or a directory of checkpoints" % (checkpoint, checkpoint))
+    reason = damaged_checkpoints.unreadable_reason(checkpoint)
+    if reason:
+        raise Cifar10EstimatorError("checkpoint %s cannot be read (%s)" % (checkpoint, reason))
     return checkpoint
 
 

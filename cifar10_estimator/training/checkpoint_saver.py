@@ -58,6 +58,8 @@ class TolerantSaver(tf.compat.v1.train.Saver):
         self._others_restorer = tf.compat.v1.train.Saver(others, sharded=sharded)
         self._optional = [(group, tf.compat.v1.train.Saver(group.var_list, sharded=sharded),
                            _starter_without(group, sharded)) for group in optional]
+        # What a checkpoint may lack (the rerun check reads it).
+        self.optional_names = frozenset(name for group in optional for name in group.var_list)
 
     def restore(self, sess, save_path):
         self._others_restorer.restore(sess, save_path)

@@ -35,8 +35,8 @@ def write(job_dir, recorded, test_dir):
     """Write the job's recorded hyper-parameters (hparams.record's) and the dashboard's
     metrics into job_dir's events.
 
-    Call in eager mode (main's, outside the Estimator's graphs). A resumed job writes
-    them again; the dashboard shows the newest.
+    Call in eager mode (main's, outside the Estimator's graphs). Each run that trains
+    the job writes them again; the dashboard shows the newest.
 
     Args:
       test_dir: the directory of the one test evaluation under the job dir.
