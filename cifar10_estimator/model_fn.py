@@ -2,9 +2,10 @@
 
 Each global batch arrives split into K shards (see input_fn); on GPUs, training takes
 each shard from its tower's device, where the step before staged it
-(training.device_prefetch). Tower i runs on device i (a GPU, or a logical CPU device), shares the variables of tower 0 through
-variable_scope reuse, and computes its own loss and gradients. Gradients are averaged
-on the device of their variable and one optimizer update is applied.
+(training.device_prefetch). Tower i runs on device i (a GPU, or a logical CPU device),
+shares the variables of tower 0 through variable_scope reuse, and computes its own loss
+and gradients. Gradients are averaged on the device of their variable and one optimizer
+update is applied.
 """
 
 import dataclasses
