@@ -46,10 +46,34 @@ from cifar10_estimator.data.tfrecord_format import check_tfrecords_exist
 _MAX_RECORDS_PER_FILE = 1 << 31
 _READ_BUFFER_BYTES = 8 << 20
 
-# Batches assembled at once and kept ready. Fixed rather than tf.data.AUTOTUNE: see
-# _fixed_size_options.
-_PARALLEL_BATCHES = 2
-_PREFETCH_BATCHES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class InputParallelism:
+    """How many batches a pipeline assembles at once and keeps ready: input_parallelism's
+    choice for the run's devices, handed to Cifar10DataSet.
+
+    The autotuner stays off whatever the values (see _fixed_size_options), so
+    tf.data.AUTOTUNE as parallel_batches is its starting value and stays put: as many
+    batches at once as the CPU has cores.
+    """
+
+    parallel_batches: int
+    prefetch_batches: int
+
+
+# A batch is one gather or one crop_and_resize, about 1 % of a training step on the CPU,
+# whose cores the step needs: two at once, two ready.
+CPU_PARALLELISM = InputParallelism(parallel_batches=2, prefetch_batches=2)
+# A GPU step takes milliseconds and leaves the host's cores to the input: one batch per
+# core at once, and a deeper store for the stretches where steps come faster than
+# batches (8 of batch 128 are 13 MB of float32 images).
+GPU_PARALLELISM = InputParallelism(parallel_batches=tf.data.AUTOTUNE, prefetch_batches=8)
+
+
+def input_parallelism(num_gpus):
+    """The InputParallelism of a training on num_gpus GPUs (0: on the CPU)."""
+    return GPU_PARALLELISM if num_gpus > 0 else CPU_PARALLELISM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +131,7 @@ class Cifar10DataSet:
     num_examples_per_epoch = _NumExamplesPerEpoch()
 
     def __init__(self, data_dir, subset="train", use_distortion=True,
-                 augmentation=AugmentationConfig()):
+                 augmentation=AugmentationConfig(), parallelism=CPU_PARALLELISM):
         """
         Args:
           data_dir: directory written by generate_tfrecords.
@@ -115,6 +139,8 @@ class Cifar10DataSet:
           use_distortion: pad/crop/flip the training images; ignored for other subsets.
           augmentation: an AugmentationConfig, how the training images are cropped and
             flipped; the original's by default.
+          parallelism: an InputParallelism, the batches assembled at once and kept
+            ready; the CPU's by default.
 
         Raises:
           ValueError: unknown subset.
@@ -124,6 +150,7 @@ class Cifar10DataSet:
         self.subset = subset
         self.use_distortion = use_distortion
         self.augmentation = augmentation
+        self.parallelism = parallelism
         self.filename = tfrecord_format.tfrecord_path(data_dir, subset)  # checks the subset
         check_tfrecords_exist(data_dir, [subset])
 
@@ -184,7 +211,7 @@ class Cifar10DataSet:
         dataset = whole_file.flat_map(without_autograph(
             lambda examples, seeds, first_batch: self._batches(
                 examples, seeds, batch_size, first_batch, with_indices))
-        ).prefetch(_PREFETCH_BATCHES)
+        ).prefetch(self.parallelism.prefetch_batches)
         return dataset.with_options(_fixed_size_options())
 
     def _batches(self, examples, seeds, batch_size, first_batch, with_indices=False):
@@ -218,7 +245,7 @@ class Cifar10DataSet:
             images_and_labels = (take_images(batch_number, *batch), tf.gather(labels, batch[0]))
             return images_and_labels + ((batch[0],) if with_indices else ())
         return index_batches.enumerate(start=first_batch).map(
-            without_autograph(take_batch), num_parallel_calls=_PARALLEL_BATCHES)
+            without_autograph(take_batch), num_parallel_calls=self.parallelism.parallel_batches)
 
     def _epoch_orders(self, num_examples, seed, first_position):
         """An endless dataset of (int64 [M] order, int64 [M] epoch): the example order of
@@ -306,8 +333,8 @@ def _fixed_size_options():
     minute once the pipeline is steady, and the iterator's destructor waits for that
     sleep to end (TensorFlow 2.15): closing the training session after the last step,
     and each evaluation's, stalled for 15 to 30 seconds at random. A batch here is one
-    gather or one crop_and_resize, about 1 % of a training step, so fixed sizes lose
-    nothing.
+    gather or one crop_and_resize, about 1 % of a training step on the CPU, so fixed
+    sizes lose nothing there; for GPUs, InputParallelism's sizes follow the cores.
     """
     options = tf.data.Options()
     options.autotune.enabled = False

@@ -52,7 +52,7 @@ INPUT_SEEDS_NAME = "input_pipeline/seeds"
 
 def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
                            augmentation=cifar10.AugmentationConfig(), rank=0,
-                           with_example_indices=False):
+                           with_example_indices=False, parallelism=cifar10.CPU_PARALLELISM):
     """The trainer's input_fn: the training batches from where the job's global step is.
 
     A batch is a function of the stream's seeds and its number alone (see
@@ -72,6 +72,8 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
       with_example_indices: each image shard becomes a dict of its images ("images")
         and their indices in the training set ("example_indices"), for
         --skip-learned.
+      parallelism: a cifar10.InputParallelism, the batches assembled at once and kept
+        ready (cifar10.input_parallelism of the run's GPUs).
 
     Returns:
       An input_fn returning a Dataset of (image shards, label shards) tuples.
@@ -82,7 +84,7 @@ def make_training_input_fn(data_dir, num_towers, batch_size, use_distortion,
             global_step = tf.compat.v1.train.get_global_step()
             first_batch = 0 if global_step is None else tf.identity(global_step)
             dataset = cifar10.Cifar10DataSet(
-                data_dir, "train", use_distortion, augmentation
+                data_dir, "train", use_distortion, augmentation, parallelism
             ).make_dataset(batch_size, seeds, first_batch, with_example_indices)
             return dataset.map(cifar10.without_autograph(_tower_shards(num_towers)))
     return input_fn

@@ -210,7 +210,8 @@ def make_train_input_fn(settings, task=None):
         settings.data_dir, settings.num_towers, batch_size,
         settings.use_distortion_for_training,
         cifar10.AugmentationConfig.from_hparams(settings.hparams), rank=trainer_rank(task),
-        with_example_indices=bool(settings.hparams.skip_learned))
+        with_example_indices=bool(settings.hparams.skip_learned),
+        parallelism=cifar10.input_parallelism(settings.num_gpus))
 
 
 def make_eval_input_fn(settings, subset):

@@ -1,9 +1,11 @@
 """The multi-tower Estimator model_fn: one ResNet tower per device, gradients averaged.
 
-Each global batch arrives split into K shards (see input_fn). Tower i runs on
-device i (a GPU, or a logical CPU device), shares the variables of tower 0 through
-variable_scope reuse, and computes its own loss and gradients. Gradients are averaged
-on the device of their variable and one optimizer update is applied.
+Each global batch arrives split into K shards (see input_fn); on GPUs, training takes
+each shard from its tower's device, where the step before staged it
+(training.device_prefetch). Tower i runs on device i (a GPU, or a logical CPU device),
+shares the variables of tower 0 through variable_scope reuse, and computes its own loss
+and gradients. Gradients are averaged on the device of their variable and one optimizer
+update is applied.
 """
 
 import dataclasses
@@ -20,6 +22,7 @@ from cifar10_estimator import input_fn
 from cifar10_estimator.training import area_resize
 from cifar10_estimator.training import checkpoint_saver
 from cifar10_estimator.training import compute
+from cifar10_estimator.training import device_prefetch
 from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import lookahead
 from cifar10_estimator.training import mixed_precision
@@ -50,11 +53,15 @@ class TowerLayout:
         variables, so the checkpoints, are the same in both.
       variable_strategy: 'CPU' keeps every variable on /cpu:0; 'GPU' spreads them
         over the tower devices, each on the least loaded by bytes.
+      prefetch_to_devices: training stages each tower's shard on its device a step
+        ahead (training.device_prefetch): for GPU towers, whose shards cross from the
+        host; CPU towers share the host's memory.
     """
 
     devices: tuple
     data_format: str
     variable_strategy: str = "CPU"
+    prefetch_to_devices: bool = False
 
     @classmethod
     def for_devices(cls, num_gpus, num_cpu_towers=1, variable_strategy="CPU",
@@ -70,7 +77,8 @@ class TowerLayout:
             devices = tuple("/cpu:%d" % i for i in range(num_cpu_towers))
         return cls(devices=devices, variable_strategy=variable_strategy,
                    data_format=data_format or ("channels_first" if num_gpus > 0
-                                               else "channels_last"))
+                                               else "channels_last"),
+                   prefetch_to_devices=num_gpus > 0)
 
     @property
     def num_towers(self):
@@ -549,6 +557,8 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
             return _predict_spec(features, hparams)
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         loss_scale = skipping = None
+        features, labels, staged = _staged_on_towers(features, labels, layout, hparams,
+                                                     is_training)
         if is_training and precision_policy.loss_scaling:
             with tf.device(layout.consolidation_device):
                 loss_scale = mixed_precision.DynamicLossScale()
@@ -583,6 +593,8 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
             train_op, learning_rate, update_holders, optimizer_hooks = _training_update(
                 tower_gradvars, update_ops, hparams, optimisation,
                 config.is_chief if config else True, loss_scale)
+            if staged is not None:
+                train_op = tf.group(train_op, staged.put)
         # Summaries and the Saver are host work (strings, files), whatever the strategy.
         with tf.device("/cpu:0"):
             logged = _training_summaries(learning_rate, loss, stacked_labels,
@@ -593,10 +605,25 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
 
         return tf.estimator.EstimatorSpec(
             mode=mode, loss=loss, train_op=train_op, predictions=predictions,
-            training_hooks=optimizer_hooks + _training_hooks(hparams, logged, progress, config),
+            training_hooks=optimizer_hooks + _training_hooks(hparams, logged, progress, config)
+            + ([staged.warm_up_hook()] if staged is not None else []),
             scaffold=scaffold)
 
     return model_fn
+
+
+def _staged_on_towers(features, labels, layout, hparams, is_training):
+    """(features, labels, staged): in training where `layout` prefetches, the shards
+    staged on their towers' devices a step ahead and their device_prefetch.StagedShards;
+    else the shards as they came and None.
+
+    Not with --skip-learned: the examples a tower trains are chosen from the step's state
+    on the consolidation device, which gathers them from the shards there.
+    """
+    if not (is_training and layout.prefetch_to_devices) or hparams.skip_learned:
+        return features, labels, None
+    staged = device_prefetch.stage_on_devices(features, labels, layout.devices)
+    return staged.features, staged.labels, staged
 
 
 def _training_update(tower_gradvars, update_ops, hparams, optimisation, is_chief,
