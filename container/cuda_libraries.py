@@ -23,13 +23,23 @@ Exit status 0 when every library opens and agrees, whether or not the driver is 
 import collections
 import ctypes
 import importlib.metadata
+import mmap
 import os
 import re
 import struct
 import sys
 
-Library = collections.namedtuple("Library", "name wheel loader read_version")
+Library = collections.namedtuple("Library", "name wheel loader read_version elsewhere")
+Library.__doc__ = """One CUDA library.
 
+Attributes:
+  name: its name in lib<name>.so.<major>.
+  wheel: the distribution that brings it.
+  loader: the function of tsl::internal::DsoLoader that opens it, or None.
+  read_version: library -> its version, 'major.minor[.patch]'.
+  elsewhere: why it may be opened from its wheel's directory when TensorFlow's loader does
+    not open it; None where that would be a fault.
+"""
 
 def _call_int_out(function):
     """Value of a CUDA-style `status function(int *value)`; None when the status is not 0."""
@@ -87,22 +97,28 @@ def nccl_version(library):
 # What TensorFlow 2.15's CUDA build opens, each with its wheel (TensorFlow's and-cuda pins
 # them) and the loader function of tsl::internal::DsoLoader that opens it (None: it has none).
 LIBRARIES = (
-    Library("cudart", "nvidia-cuda-runtime-cu12", "GetCudaRuntimeDsoHandle", runtime_version),
+    Library("cudart", "nvidia-cuda-runtime-cu12", "GetCudaRuntimeDsoHandle", runtime_version,
+            None),
     Library("cublas", "nvidia-cublas-cu12", "GetCublasDsoHandle",
-            property_version("cublasGetProperty")),
-    Library("cublasLt", "nvidia-cublas-cu12", "GetCublasLtDsoHandle", cublaslt_version),
+            property_version("cublasGetProperty"), None),
+    Library("cublasLt", "nvidia-cublas-cu12", "GetCublasLtDsoHandle", cublaslt_version, None),
     Library("cufft", "nvidia-cufft-cu12", "GetCufftDsoHandle",
-            property_version("cufftGetProperty")),
-    Library("curand", "nvidia-curand-cu12", None, property_version("curandGetProperty")),
+            property_version("cufftGetProperty"), None),
+    Library("curand", "nvidia-curand-cu12", None, property_version("curandGetProperty"),
+            "TensorFlow 2.15 has no loader for cuRAND"),
     Library("cusolver", "nvidia-cusolver-cu12", "GetCusolverDsoHandle",
-            property_version("cusolverGetProperty")),
+            property_version("cusolverGetProperty"), None),
     Library("cusparse", "nvidia-cusparse-cu12", "GetCusparseDsoHandle",
-            property_version("cusparseGetProperty")),
-    Library("cudnn", "nvidia-cudnn-cu12", "GetCudnnDsoHandle", cudnn_version),
-    Library("nccl", "nvidia-nccl-cu12", "GetNcclDsoHandle", nccl_version),
+            property_version("cusparseGetProperty"), None),
+    Library("cudnn", "nvidia-cudnn-cu12", "GetCudnnDsoHandle", cudnn_version, None),
+    Library("nccl", "nvidia-nccl-cu12", "GetNcclDsoHandle", nccl_version,
+            "TensorFlow 2.15 carries its own NCCL, compiled in, and its loader does not "
+            "search the wheel's directory"),
 )
 # The driver's library: the host's, given to a container by the NVIDIA runtime.
-DRIVER = Library("cuda", None, "GetCudaDriverDsoHandle", driver_version)
+DRIVER = Library("cuda", None, "GetCudaDriverDsoHandle", driver_version, None)
+# How libtensorflow_cc.so.2 names the NCCL compiled into it.
+BUILT_IN_NCCL = re.compile(rb"NCCL version (\d+\.\d+\.\d+)\+cuda")
 
 
 class _LinkMap(ctypes.Structure):
@@ -156,7 +172,8 @@ def tensorflow_pins():
     """{wheel: version} that TensorFlow's and-cuda extra pins."""
     pins = {}
     for requirement in importlib.metadata.requires("tensorflow") or []:
-        pinned = re.match(r"([\w.-]+)\s*==\s*([\w.]+)\s*;.*extra\s*==\s*.and-cuda.", requirement)
+        pinned = re.match(r"([\w.-]+)\s*\(?==\s*([\w.]+)\)?\s*;.*extra\s*==\s*.and-cuda.",
+                          requirement)
         if pinned:
             pins[pinned.group(1).lower()] = pinned.group(2)
     return pins
@@ -169,32 +186,53 @@ def installed_version(wheel):
         return None
 
 
-def version_problems(library, version, pins, build_info):
+def built_in_nccl_version(tensorflow_cc_path):
+    """The version of the NCCL compiled into libtensorflow_cc.so.2, or None."""
+    with open(tensorflow_cc_path, "rb") as stream:
+        with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as contents:
+            found = BUILT_IN_NCCL.search(contents)
+            return found.group(1).decode() if found else None
+
+
+def tensorflow_expects(build_info, tensorflow_cc_path):
+    """{library name: (the version TensorFlow was built with, where it says so)}."""
+    build = "tf.sysconfig.get_build_info()"
+    return {"cudart": (build_info.get("cuda_version"), build),
+            "cudnn": (build_info.get("cudnn_version"), build),
+            "nccl": (built_in_nccl_version(tensorflow_cc_path), "its NCCL, compiled in")}
+
+
+def _leads(version, longer):
+    """Whether version's parts lead longer's: '12.2' leads '12.2.140', not '12.20'."""
+    return (longer + ".").startswith(version + ".")
+
+
+def version_problems(library, version, pins, expects):
     """What disagrees between a library's version, its wheel's, TensorFlow's pin and build."""
     installed = installed_version(library.wheel)
     pin = pins.get(library.wheel)
     problems = []
     if version is None:
         problems.append("it gives no version")
-    elif installed and (installed + ".").startswith(version + ".") is False:
+    elif not _leads(version, installed):
         problems.append("version %s, but its wheel is %s %s" % (version, library.wheel, installed))
-    if pin is None:
-        problems.append("TensorFlow pins no %s" % library.wheel)
-    elif installed != pin:
+    if pin != installed:
         problems.append("%s %s installed, TensorFlow pins %s" % (library.wheel, installed, pin))
-    built_for = {"cudart": build_info.get("cuda_version"),
-                 "cudnn": build_info.get("cudnn_version")}.get(library.name)
-    if version and built_for and not (version + ".").startswith(built_for + "."):
-        problems.append("TensorFlow was built for %s %s" % (library.name, built_for))
+    if library.name in expects:
+        built, where = expects[library.name]
+        if built is None:
+            problems.append("TensorFlow names no version of it (%s)" % where)
+        elif version and not _leads(built, version):
+            problems.append("TensorFlow was built with %s %s (%s)" % (library.name, built, where))
     return problems
 
 
 def open_library(library, tensorflow_cc):
-    """(path, how it was found) of a library, or (None, why not)."""
+    """(path, how it came to be opened there or None) of a library; (None, why) if it is not."""
     if library.loader:
         path = open_with_tensorflow(tensorflow_cc, library.loader)
         if path:
-            return path, "TensorFlow's loader"
+            return os.path.normpath(path), None
     path = wheel_file(library)
     if path is None:
         return None, "missing: TensorFlow's loader cannot open it, and %s is not installed" % (
@@ -202,23 +240,37 @@ def open_library(library, tensorflow_cc):
     try:
         ctypes.CDLL(path)
     except OSError as error:
-        return None, "cannot be opened: %s" % error
-    if library.loader:
-        return path, "its wheel's directory, which TensorFlow's loader does not search"
-    return path, "its wheel's directory (TensorFlow has no loader for it)"
+        return None, "missing: TensorFlow's loader cannot open it, nor can its wheel's " \
+                     "file be opened: %s" % error
+    if library.elsewhere is None:
+        return None, ("missing: TensorFlow's loader cannot open it, though its wheel's file "
+                      "opens by its path, %s" % path)
+    return path, "opened from its wheel's directory: %s" % library.elsewhere
 
 
-def check(library, tensorflow_cc, pins, build_info):
-    """(one line about a library, whether it is fine)."""
+def check(library, tensorflow_cc, pins, expects):
+    """(what to print about a library, whether it is fine)."""
     path, how = open_library(library, tensorflow_cc)
     if path is None:
         return "%-9s %s" % (library.name, how), False
     version = library.read_version(ctypes.CDLL(path))
-    problems = version_problems(library, version, pins, build_info)
-    line = "%-9s %-18s %-8s %s %s, opened by %s: %s" % (
-        library.name, os.path.basename(path), version, library.wheel,
-        installed_version(library.wheel), how, path)
-    return line + "".join("\n          PROBLEM: " + problem for problem in problems), not problems
+    problems = version_problems(library, version, pins, expects)
+    lines = ["%-9s %-18s %-7s %s==%s  %s" % (library.name, os.path.basename(path), version,
+                                             library.wheel, installed_version(library.wheel),
+                                             path)]
+    lines += ["          (%s)" % how] if how else []
+    lines += ["          PROBLEM: %s" % problem for problem in problems]
+    return "\n".join(lines), not problems
+
+
+def driver_line(tensorflow_cc):
+    path = open_with_tensorflow(tensorflow_cc, DRIVER.loader)
+    if path is None:
+        return ("%-9s missing: libcuda.so.1, the NVIDIA driver's, comes from the host at run "
+                "time (docker run --gpus all, podman run --device nvidia.com/gpu=all)"
+                % DRIVER.name)
+    return "%-9s %-18s %-7s the NVIDIA driver's  %s" % (
+        DRIVER.name, os.path.basename(path), DRIVER.read_version(ctypes.CDLL(path)), path)
 
 
 def main():
@@ -226,28 +278,25 @@ def main():
     import tensorflow as tf
 
     build_info = tf.sysconfig.get_build_info()
-    print("TensorFlow %s, built for CUDA %s and cuDNN %s (tf.sysconfig.get_build_info())"
+    print("TensorFlow %s, built with CUDA %s and cuDNN %s (tf.sysconfig.get_build_info()); "
+          "each library opened by TensorFlow's own loader unless its line says otherwise"
           % (tf.__version__, build_info.get("cuda_version"), build_info.get("cudnn_version")))
-    tensorflow_cc = ctypes.CDLL(os.path.join(os.path.dirname(tf.__file__),
-                                             "libtensorflow_cc.so.2"))
-    pins = tensorflow_pins()
+    tensorflow_cc_path = os.path.join(os.path.dirname(tf.__file__), "libtensorflow_cc.so.2")
+    tensorflow_cc = ctypes.CDLL(tensorflow_cc_path)
+    pins, expects = tensorflow_pins(), tensorflow_expects(build_info, tensorflow_cc_path)
     fine = True
     for library in LIBRARIES:
-        line, library_fine = check(library, tensorflow_cc, pins, build_info)
-        print(line)
+        text, library_fine = check(library, tensorflow_cc, pins, expects)
+        print(text)
         fine = fine and library_fine
-    driver = open_with_tensorflow(tensorflow_cc, DRIVER.loader)
-    if driver:
-        print("%-9s %-18s %-8s the driver's, opened by TensorFlow's loader: %s" % (
-            DRIVER.name, os.path.basename(driver), DRIVER.read_version(ctypes.CDLL(driver)),
-            driver))
-    else:
-        print("%-9s missing: libcuda.so.1, the NVIDIA driver's, comes from the host at run time "
-              "(docker run --gpus all, podman run --device nvidia.com/gpu=all)" % DRIVER.name)
-    print("every CUDA library TensorFlow opens is here and agrees" if fine else
-          "not every CUDA library TensorFlow opens is here and agrees (PROBLEM and missing "
-          "lines above); the GPU image (--build-arg EXTRAS=gpu) has them")
-    return 0 if fine else 1
+    print(driver_line(tensorflow_cc))
+    if fine:
+        print("every CUDA library TensorFlow opens is here, each of the version its wheel, "
+              "TensorFlow's pin of that wheel and TensorFlow's build name")
+        return 0
+    print("not every CUDA library TensorFlow opens is here, or of the version it needs "
+          "(the lines above); the GPU image, --build-arg EXTRAS=gpu, has them")
+    return 1
 
 
 if __name__ == "__main__":
