@@ -96,20 +96,22 @@ def nccl_version(library):
 
 # What TensorFlow 2.15's CUDA build opens, each with its wheel (TensorFlow's and-cuda pins
 # them) and the loader function of tsl::internal::DsoLoader that opens it (None: it has none).
+# A library comes before those that need it (cuBLAS needs cuBLASLt, cuSOLVER cuSPARSE), so
+# that TensorFlow's loader finds each itself, not as one already loaded for another.
 LIBRARIES = (
     Library("cudart", "nvidia-cuda-runtime-cu12", "GetCudaRuntimeDsoHandle", runtime_version,
             None),
+    Library("cublasLt", "nvidia-cublas-cu12", "GetCublasLtDsoHandle", cublaslt_version, None),
     Library("cublas", "nvidia-cublas-cu12", "GetCublasDsoHandle",
             property_version("cublasGetProperty"), None),
-    Library("cublasLt", "nvidia-cublas-cu12", "GetCublasLtDsoHandle", cublaslt_version, None),
     Library("cufft", "nvidia-cufft-cu12", "GetCufftDsoHandle",
             property_version("cufftGetProperty"), None),
     Library("curand", "nvidia-curand-cu12", None, property_version("curandGetProperty"),
             "TensorFlow 2.15 has no loader for cuRAND"),
-    Library("cusolver", "nvidia-cusolver-cu12", "GetCusolverDsoHandle",
-            property_version("cusolverGetProperty"), None),
     Library("cusparse", "nvidia-cusparse-cu12", "GetCusparseDsoHandle",
             property_version("cusparseGetProperty"), None),
+    Library("cusolver", "nvidia-cusolver-cu12", "GetCusolverDsoHandle",
+            property_version("cusolverGetProperty"), None),
     Library("cudnn", "nvidia-cudnn-cu12", "GetCudnnDsoHandle", cudnn_version, None),
     Library("nccl", "nvidia-nccl-cu12", "GetNcclDsoHandle", nccl_version,
             "TensorFlow 2.15 carries its own NCCL, compiled in, and its loader does not "
