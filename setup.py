@@ -46,9 +46,11 @@ setup(
         "onnx": ONNX_REQUIREMENTS,
         # pytest-xdist: the suite runs on every core (pytest.ini). pytest 9.2 drops the group
         # names that pytest-xdist 3.8 adds to test ids, which keeps tests together (loadgroup).
-        # PyYAML: the Kubernetes manifests of docs/distributed.md, read by their test.
+        # PyYAML: the Kubernetes manifests of kubernetes/, read by their test;
+        # kubernetes-validate: Kubernetes' own JSON schemas (1.25 on), offline, which the
+        # test holds the claims, the data Job and the replicas' pod templates against.
         "test": ["pytest>=7,<9.2", "pytest-timeout>=2", "pytest-xdist>=3", "Pillow",
-                 "matplotlib>=3.5", "PyYAML"] + ONNX_REQUIREMENTS,
+                 "matplotlib>=3.5", "PyYAML", "kubernetes-validate>=1.29"] + ONNX_REQUIREMENTS,
     },
     entry_points={"console_scripts": [
         "cifar10-generate-tfrecords=cifar10_estimator.generate_tfrecords:console_main",

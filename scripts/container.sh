@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Build the container image of the Containerfile and run a short training in it, stopped
-# and resumed, as Docker or Podman runs it.
+# Build the container image of the Dockerfile and run a short training in it, stopped and
+# resumed, as Docker or Podman runs it; or check the CUDA libraries of the GPU image.
 #
-# Usage: bash scripts/container.sh [build|smoke]   (default: both)
+# Usage: bash scripts/container.sh [build|smoke|cuda]   (default: build, then smoke)
 #
 #   build  the image, tagged CONTAINER_IMAGE; prints the time and its size
 #   smoke  in the image: a synthetic archive made and converted by the package's own
 #          commands, then 50 steps of ResNet-8 into a job dir mounted from the host, stopped
 #          with `stop` once step 10 is logged (exit 143, the step saved), then run again to
 #          resume it and finish; prints each step's time and exit status
+#   cuda   in the image: cifar10-cuda-libraries, which opens each CUDA library TensorFlow
+#          opens, as TensorFlow does, and holds their versions against its wheels and build;
+#          passes when every one opens and agrees (the GPU image; on a host without a GPU
+#          the driver's libcuda.so.1 is missing, as it should be)
 #
 # Environment (the defaults suit a usual Docker or Podman):
 #   CONTAINER_ENGINE         docker or podman (default: podman where installed, else docker)
 #   CONTAINER_IMAGE          the image's name (default cifar10-estimator)
-#   CONTAINER_BASE           the base image, --build-arg BASE (default: the Containerfile's)
+#   CONTAINER_BASE           the base image, --build-arg BASE (default: the Dockerfile's)
 #   CONTAINER_EXTRAS         gpu for the GPU flavour, --build-arg EXTRAS
 #   CONTAINER_BUILD_OPTIONS  more options for build, e.g. --network host
 #   CONTAINER_RUN_OPTIONS    more options for each run, e.g. --runtime runc
@@ -41,8 +45,8 @@ build() {
   [ -n "${CONTAINER_BASE:-}" ] && arguments+=(--build-arg "BASE=$CONTAINER_BASE")
   [ -n "${CONTAINER_EXTRAS:-}" ] && arguments+=(--build-arg "EXTRAS=$CONTAINER_EXTRAS")
   start=$(now)
-  echo "+ $engine build -f Containerfile -t $image ${arguments[*]} ${build_options[*]} ." >&2
-  "$engine" build -f Containerfile -t "$image" "${arguments[@]}" "${build_options[@]}" .
+  echo "+ $engine build -t $image ${arguments[*]} ${build_options[*]} ." >&2
+  "$engine" build -t "$image" "${arguments[@]}" "${build_options[@]}" .
   echo "built $image in $(since "$start"):" \
        "$("$engine" image inspect --format '{{.Size}}' "$image" |
           awk '{ printf "%.2f GB", $1 / 1e9 }')"
@@ -103,10 +107,16 @@ smoke() {
   fi
 }
 
+cuda() {  # the image's own check; its exit status is the command's
+  run --entrypoint cifar10-cuda-libraries "$image"
+}
+
 case "${1:-all}" in
   build) build ;;
   smoke) smoke ;;
+  cuda) cuda ;;
   all) build; smoke ;;
-  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
-  *) echo "error: unknown command $1 (build, smoke, or none for both; see --help)" >&2; exit 2 ;;
+  -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) echo "error: unknown command $1 (build, smoke, cuda, or none for build and smoke;" \
+          "see --help)" >&2; exit 2 ;;
 esac

@@ -78,6 +78,75 @@ def test_tf_config_names_this_task(task_type, index):
     assert task.num_trainers == 3
 
 
+def operator_tf_config(replicas, replica_type, index, job_name="cifar10", namespace="ml"):
+    """TF_CONFIG as Kubeflow's training operator v1 sets it in a TFJob's replica.
+
+    Every replica type is in "cluster", the evaluator's too, under its lower-case name, each
+    replica as its headless service <job>-<type>-<i>.<namespace>.svc on the default port
+    2222; then "task", and "environment": "cloud". Compact JSON, the cluster's jobs sorted,
+    as Go's encoding/json writes its map and struct.
+
+    Args:
+      replicas: {replica type as the TFJob names it ("PS", "Chief", ...): count}.
+    """
+    hosts = {replica.lower(): ["%s-%s-%d.%s.svc:2222" % (job_name, replica.lower(), i, namespace)
+                               for i in range(count)]
+             for replica, count in replicas.items()}
+    config = {"cluster": dict(sorted(hosts.items())),
+              "task": {"type": replica_type.lower(), "index": index},
+              "environment": "cloud"}
+    return json.dumps(config, separators=(",", ":"))
+
+
+OPERATOR_REPLICAS = {"PS": 1, "Chief": 1, "Worker": 2, "Evaluator": 1}
+OPERATOR_DEVICE_FILTERS = {("ps", 0): None, ("chief", 0): ["/job:ps", "/job:chief"],
+                           ("worker", 0): ["/job:ps", "/job:worker/task:0"],
+                           ("worker", 1): ["/job:ps", "/job:worker/task:1"],
+                           ("evaluator", 0): None}
+
+
+def test_the_operators_tf_config_has_the_shape_it_writes():
+    config = json.loads(operator_tf_config(OPERATOR_REPLICAS, "Worker", 1))
+    assert config == {
+        "cluster": {"chief": ["cifar10-chief-0.ml.svc:2222"],
+                    "evaluator": ["cifar10-evaluator-0.ml.svc:2222"],
+                    "ps": ["cifar10-ps-0.ml.svc:2222"],
+                    "worker": ["cifar10-worker-0.ml.svc:2222", "cifar10-worker-1.ml.svc:2222"]},
+        "task": {"type": "worker", "index": 1},
+        "environment": "cloud"}
+
+
+@pytest.mark.parametrize("task_type, index", sorted(OPERATOR_DEVICE_FILTERS))
+def test_every_replica_of_an_operators_tfjob_is_accepted_in_its_role(monkeypatch, tmp_path,
+                                                                      task_type, index):
+    text = operator_tf_config(OPERATOR_REPLICAS, task_type, index)
+    task = cluster.task_from_tf_config(text)
+    assert (task.task_type, task.task_index) == (task_type, index)
+    assert task.is_trainer == (task_type in ("chief", "worker"))
+    assert task.writes_checkpoints == (task_type == "chief")
+    assert task.evaluates == (task_type == "evaluator")
+    assert task.ps_addresses == ("cifar10-ps-0.ml.svc:2222",)
+    # The evaluator in the cluster is no trainer: every task counts the chief and 2 workers.
+    assert task.num_trainers == 3
+    assert cluster.device_filters(task) == OPERATOR_DEVICE_FILTERS[task_type, index]
+    # tf.estimator's RunConfig takes the same TF_CONFIG, the evaluator outside the training.
+    run_config = run_config_for(monkeypatch, tmp_path, text)
+    assert (run_config.task_type, run_config.task_id) == (task_type, index)
+    assert run_config.num_worker_replicas == (0 if task_type == "evaluator" else 3)
+    assert list(run_config.session_config.device_filters) == (
+        OPERATOR_DEVICE_FILTERS[task_type, index] or [])
+
+
+@pytest.mark.parametrize("task_type, index", [
+    ("evaluator", 1), ("evaluator", 0), ("chief", 0), ("worker", 1), ("ps", 0)])
+def test_a_tfjob_with_two_evaluators_is_refused_by_each_replica(task_type, index):
+    text = operator_tf_config(dict(OPERATOR_REPLICAS, Evaluator=2), task_type, index)
+    with pytest.raises(UsageError) as raised:
+        cluster.task_from_tf_config(text)
+    assert str(raised.value).startswith("the TF_CONFIG cluster has 2 evaluator addresses; a "
+                                        "cluster has one evaluator, index 0")
+
+
 def test_no_cluster_means_local_training():
     assert cluster.task_from_tf_config(None) is None
     assert cluster.task_from_tf_config("") is None
@@ -105,6 +174,10 @@ def test_master_is_accepted_as_tensorflow_215_accepts_it():
      'has workers but no "ps"'),
     (tf_config({"ps": ["127.0.0.1:2220"], "master": ["127.0.0.1:2221"]}, "evaluator"),
      'an evaluator cannot join a TF_CONFIG cluster with a "master"'),
+    (operator_tf_config({"PS": 1, "Master": 1, "Evaluator": 1}, "Master", 0),
+     'an evaluator cannot join a TF_CONFIG cluster with a "master"'),
+    (tf_config(CLUSTER, "evaluator", 1), "TF_CONFIG names evaluator:1; a cluster has one "
+                                         "evaluator, index 0"),
     (tf_config(dict(CLUSTER, ps=["2220"]), "ps"), 'job "ps" has address \'2220\''),
     (tf_config(dict(CLUSTER, gpu=["127.0.0.1:2225"]), "chief"), 'unknown job "gpu"'),
     (json.dumps({"cluster": CLUSTER}), 'has a "cluster" but no "task"'),
@@ -124,6 +197,8 @@ def test_invalid_tf_config_is_a_usage_error(text, message):
     (tf_config({"ps": ["127.0.0.1:2220"], "worker": ["127.0.0.1:2222"]}, "worker"),
      "the TF_CONFIG cluster has no chief"),
     (json.dumps({"cluster": CLUSTER, "task": {"type": "chief"}}), 'has no "index"'),
+    (operator_tf_config(dict(OPERATOR_REPLICAS, Evaluator=2), "Evaluator", 1),
+     "the TF_CONFIG cluster has 2 evaluator addresses; a cluster has one evaluator"),
 ])
 def test_trainer_rejects_invalid_tf_config_in_one_line(tiny_data_dir, tmp_path, text, message):
     result = run_module(MODULE, trainer_args(tiny_data_dir, tmp_path / "job"),

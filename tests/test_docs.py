@@ -13,7 +13,9 @@ README's results table is in docs/accuracy.md's summary table, in a row of the s
 and data (and CPU, for a time); a CPU named beside a measured figure carries its cpu family
 and model (and an Intel Xeon 6/207, whether it has AMX); no page speaks of the sessions
 that made its figures ("this stop", "today's recipe"); the accuracy page opens with its
-summary and stays short; each page of the manual opens with what to run.
+summary and stays short; each page of the manual opens with what to run. Every container
+build shown finds its file under Docker and Podman alike, and every `kubectl apply -f`
+names a file of the checkout.
 """
 
 import difflib
@@ -292,6 +294,65 @@ def test_the_checks_see_commands_over_lines_and_flags_with_values(tmp_path, monk
         "page.md:11: cannot get the parser of cifar10_estimator.cifar10: "
         "cifar10_estimator.cifar10 has no build_parser() to ask for its flags",
     ]
+
+
+# `docker build` (and Podman's, Buildah's) and `kubectl apply` run from the checkout's top.
+CONTAINER_BUILD = re.compile(r"\b(?:docker|podman) +build\b|\bbuildah +(?:build|bud)\b")
+KUBECTL_APPLY = re.compile(r"\bkubectl +apply\b")
+
+
+def shell_commands(pattern):
+    """(page, line, [tokens]) of each command a pattern starts on any page, comments aside."""
+    for page in PAGES:
+        for line, text in snippets(page):
+            for found in pattern.finditer(text):
+                if "#" in text[:found.start()].rsplit("\n", 1)[-1]:
+                    continue  # in a comment: named, not run
+                tokens = []
+                for word in text[found.end():].split():
+                    if word in SHELL_SEPARATORS or word.startswith("#"):
+                        break
+                    tokens.append(word)
+                if tokens:
+                    yield page, line + text.count("\n", 0, found.start()), tokens
+
+
+def option_values(tokens, names):
+    return [tokens[index + 1] for index, token in enumerate(tokens[:-1]) if token in names]
+
+
+def build_file_problem(tokens):
+    """What keeps Docker or Podman from finding a build's file, or None."""
+    context = tokens[-1]
+    named = option_values(tokens, ("-f", "--file"))
+    if named:
+        return None if os.path.isfile(os.path.join(REPO_ROOT, named[0])) else (
+            "-f %s: no such file" % named[0])
+    # Docker reads only CONTEXT/Dockerfile; Podman and Buildah read a Containerfile first.
+    if not os.path.isfile(os.path.join(REPO_ROOT, context, "Dockerfile")):
+        return "%s has no Dockerfile, the only file Docker reads without -f" % context
+    if os.path.exists(os.path.join(REPO_ROOT, context, "Containerfile")):
+        return "%s has a Containerfile, which Podman would build instead of its Dockerfile" % (
+            context)
+    return None
+
+
+def test_every_container_build_shown_finds_its_file_under_docker_and_podman():
+    builds = list(shell_commands(CONTAINER_BUILD))
+    assert any(page == "README.md" for page, _, _ in builds)
+    problems = ["%s:%d: %s" % (page, line, build_file_problem(tokens))
+                for page, line, tokens in builds if build_file_problem(tokens)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_kubectl_apply_shown_names_a_file_of_the_checkout():
+    applies = list(shell_commands(KUBECTL_APPLY))
+    assert any(page == "README.md" for page, _, _ in applies)
+    problems = ["%s:%d: kubectl apply -f %s: no such file" % (page, line, path)
+                for page, line, tokens in applies
+                for path in option_values(tokens, ("-f", "--filename"))
+                if not os.path.isfile(os.path.join(REPO_ROOT, path))]
+    assert not problems, "\n".join(problems)
 
 
 def test_the_readme_shows_the_test_command_ci_runs():

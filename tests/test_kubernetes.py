@@ -1,25 +1,35 @@
-"""The Kubernetes manifests of docs/distributed.md, run as the cluster would run them.
+"""The Kubernetes manifests of kubernetes/, checked offline and run as the cluster would run them.
 
-The page's YAML is read as it stands: its data Job's command converts an archive where the
-data volume would be, and its TFJob's trainer flags, with the data and job paths and the
-step count replaced, train a real local cluster of the replicas the TFJob lists (a ResNet-8
-of batch 8 after them, so that its five processes train in seconds on two cores). What a
-real Kubernetes adds (pods, volumes, TF_CONFIG, restarts) is not tested here.
+The claims and the data Job pass Kubernetes' own schemas (kubernetes-validate's, strict: no
+unknown field), and so does each replica's pod template; the TFJob passes the rules of
+Kubeflow's training operator v1, written here from its API types and validation (the CRD
+itself cannot be fetched offline). Then the files run: the data Job's command converts an
+archive where the data volume would be, and the TFJob's trainer flags, with the data and
+job paths and the step count replaced, train a real local cluster of the replicas the
+TFJob lists (a ResNet-8 of batch 8 after them, so that its five processes train in
+seconds on two cores). What a real Kubernetes adds (pods, volumes, TF_CONFIG, restarts) is
+not tested here; the TF_CONFIG the operator writes is, in tests/test_cluster.py.
 """
 
+import copy
 import os
 import re
 
+import kubernetes_validate
 import pytest
 import yaml
 
 import cifar_archives
 from cli_helpers import REPO_ROOT, many_processes, run_module
 
-PAGE = os.path.join(REPO_ROOT, "docs", "distributed.md")
+MANIFESTS = os.path.join(REPO_ROOT, "kubernetes")
+DATA_MANIFEST, TFJOB_MANIFEST = "cifar10-data.yaml", "cifar10-tfjob.yaml"
 IMAGE = re.compile(r"^REGISTRY/(?P<name>[\w.-]+):[\w.-]+$")
 DATA, JOB = "/data", "/job"
 SMALL_MODEL = ["--num-layers", "8", "--train-batch-size", "8"]
+# The oldest and the newest Kubernetes whose schemas kubernetes-validate carries.
+KUBERNETES_VERSIONS = (kubernetes_validate.utils.all_versions()[0],
+                       kubernetes_validate.utils.latest_version())
 
 
 def read(path):
@@ -27,16 +37,19 @@ def read(path):
         return stream.read()
 
 
-def page_objects():
-    """The objects of the YAML blocks of the page's Kubernetes section, in order."""
-    section = read(PAGE).split("\n## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^```yaml\n(.*?)^```$", section, re.M | re.S)
-    return [item for block in blocks for item in yaml.safe_load_all(block) if item]
+def manifest(name):
+    """The objects of a file of kubernetes/, in order."""
+    with open(os.path.join(MANIFESTS, name)) as stream:
+        return [item for item in yaml.safe_load_all(stream) if item]
+
+
+def all_objects():
+    return manifest(DATA_MANIFEST) + manifest(TFJOB_MANIFEST)
 
 
 def only(objects, kind):
     found = [item for item in objects if item["kind"] == kind]
-    assert len(found) == 1, "the page has %d %s manifests" % (len(found), kind)
+    assert len(found) == 1, "the manifests have %d %s objects" % (len(found), kind)
     return found[0]
 
 
@@ -46,9 +59,9 @@ def console_commands():
 
 
 def image_entry_point():
-    """The console command the Containerfile's ENTRYPOINT runs."""
+    """The console command the Dockerfile's ENTRYPOINT runs."""
     return re.search(r'^ENTRYPOINT \["/opt/cifar10-estimator/bin/([\w-]+)"\]$',
-                     read("Containerfile"), re.M).group(1)
+                     read("Dockerfile"), re.M).group(1)
 
 
 def data_job_container(objects):
@@ -74,8 +87,8 @@ def claims(pod_spec):
             for container in pod_spec["containers"] for mount in container["volumeMounts"]}
 
 
-def test_the_manifests_run_the_image_the_containerfile_builds():
-    objects = page_objects()
+def test_the_manifests_run_the_image_the_dockerfile_builds():
+    objects = all_objects()
     default_image = re.search(r"CONTAINER_IMAGE:-([\w.-]+)\}", read("scripts/container.sh"))
     containers = [data_job_container(objects)] + [
         trainer_container(spec) for spec in replicas(objects).values()]
@@ -93,7 +106,7 @@ def test_the_manifests_run_the_image_the_containerfile_builds():
 
 
 def test_the_data_job_fills_the_volume_the_replicas_read():
-    objects = page_objects()
+    objects = all_objects()
     claim_names = {item["metadata"]["name"] for item in objects
                    if item["kind"] == "PersistentVolumeClaim"}
     data_job = only(objects, "Job")["spec"]["template"]["spec"]
@@ -101,6 +114,152 @@ def test_the_data_job_fills_the_volume_the_replicas_read():
     for spec in replicas(objects).values():
         assert claims(spec["template"]["spec"]) == {DATA: "cifar10-data", JOB: "cifar10-job"}
     assert claim_names == {"cifar10-data", "cifar10-job"}
+    for item in objects:  # pods on several nodes mount both
+        if item["kind"] == "PersistentVolumeClaim":
+            assert item["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+# Offline: Kubernetes' own schemas, and the training operator's rules.
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_claims_and_the_data_job_pass_kubernetes_own_schemas(version):
+    for item in manifest(DATA_MANIFEST):
+        kubernetes_validate.validate(item, version, strict=True)
+
+
+def as_pod_template(template):
+    """A replica's pod template as the PodTemplate object Kubernetes' schemas describe."""
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "replica"},
+            "template": template}
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_each_replicas_pod_template_passes_kubernetes_own_schema(version):
+    for spec in replicas(manifest(TFJOB_MANIFEST)).values():
+        kubernetes_validate.validate(as_pod_template(spec["template"]), version, strict=True)
+
+
+def test_kubernetes_own_schemas_refuse_a_misspelt_field_and_a_wrong_type():
+    data_job = copy.deepcopy(only(manifest(DATA_MANIFEST), "Job"))
+    data_job["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    claim = copy.deepcopy(manifest(DATA_MANIFEST)[0])
+    claim["spec"]["accessModes"] = "ReadWriteMany"
+    for broken in (data_job, claim):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+# Kubeflow's training operator v1 (kubeflow.org/v1 TFJob): its replica types, the container
+# it sets TF_CONFIG in, and the values its ReplicaSpec and RunPolicy types take.
+TFJOB_REPLICA_TYPES = ("PS", "Worker", "Chief", "Master", "Evaluator")
+TFJOB_CONTAINER = "tensorflow"
+TFJOB_SPEC_FIELDS = {"runPolicy", "successPolicy", "tfReplicaSpecs", "enableDynamicWorker"}
+REPLICA_SPEC_FIELDS = {"replicas", "template", "restartPolicy"}
+RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
+RUN_POLICY_FIELDS = {"cleanPodPolicy", "ttlSecondsAfterFinished", "activeDeadlineSeconds",
+                     "backoffLimit", "schedulingPolicy", "suspend"}
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def whole_number(value, least):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def run_policy_problems(run_policy):
+    problems = ["runPolicy has no field %s" % name
+                for name in sorted(set(run_policy) - RUN_POLICY_FIELDS)]
+    if run_policy.get("cleanPodPolicy", "None") not in CLEAN_POD_POLICIES:
+        problems.append("cleanPodPolicy is one of %s" % ", ".join(CLEAN_POD_POLICIES))
+    for name, least in (("backoffLimit", 0), ("ttlSecondsAfterFinished", 0),
+                        ("activeDeadlineSeconds", 1)):
+        if name in run_policy and not whole_number(run_policy[name], least):
+            problems.append("%s is a whole number from %d" % (name, least))
+    return problems
+
+
+def replica_problems(replica_type, spec):
+    problems = ["%s has no field %s" % (replica_type, name)
+                for name in sorted(set(spec) - REPLICA_SPEC_FIELDS)]
+    if replica_type not in TFJOB_REPLICA_TYPES:
+        problems.append("%s is no replica type (%s)"
+                        % (replica_type, ", ".join(TFJOB_REPLICA_TYPES)))
+    if not whole_number(spec.get("replicas", 1), 0):
+        problems.append("%s replicas is a whole number" % replica_type)
+    if spec.get("restartPolicy", "Never") not in RESTART_POLICIES:
+        problems.append("%s restartPolicy is one of %s"
+                        % (replica_type, ", ".join(RESTART_POLICIES)))
+    containers = spec.get("template", {}).get("spec", {}).get("containers") or []
+    if not containers:
+        problems.append("%s has no containers" % replica_type)
+    if any(not container.get("image") for container in containers):
+        problems.append("%s has a container without an image" % replica_type)
+    if containers and TFJOB_CONTAINER not in [container.get("name") for container in containers]:
+        problems.append("%s has no container named %s" % (replica_type, TFJOB_CONTAINER))
+    return problems
+
+
+def tfjob_problems(tfjob):
+    """What Kubeflow's training operator v1 refuses in a TFJob, one message each."""
+    problems = []
+    if (tfjob.get("apiVersion"), tfjob.get("kind")) != ("kubeflow.org/v1", "TFJob"):
+        problems.append("not a kubeflow.org/v1 TFJob")
+    if not DNS_1035_LABEL.match(tfjob.get("metadata", {}).get("name", "")):
+        problems.append("the name is no DNS-1035 label")
+    spec = tfjob.get("spec", {})
+    problems += ["spec has no field %s" % name for name in sorted(set(spec) - TFJOB_SPEC_FIELDS)]
+    specs = spec.get("tfReplicaSpecs") or {}
+    if not specs:
+        problems.append("no tfReplicaSpecs")
+    for replica_type, replica_spec in specs.items():
+        problems += replica_problems(replica_type, replica_spec)
+    chiefs = [specs[kind].get("replicas", 1) for kind in ("Chief", "Master") if kind in specs]
+    if sum(chiefs) > 1:
+        problems.append("more than one chief or master")
+    if "Evaluator" in specs and specs["Evaluator"].get("replicas", 1) > 1:
+        problems.append("more than one evaluator")
+    return problems + run_policy_problems(spec.get("runPolicy", {}))
+
+
+def test_the_tfjob_passes_the_training_operators_rules():
+    assert tfjob_problems(only(manifest(TFJOB_MANIFEST), "TFJob")) == []
+
+
+def test_the_tfjob_ends_clean_removing_the_ps_and_bounding_restarts():
+    run_policy = only(manifest(TFJOB_MANIFEST), "TFJob")["spec"]["runPolicy"]
+    # With a chief, the job succeeds when the chief does; the ps never exit by themselves.
+    assert run_policy["cleanPodPolicy"] == "Running"
+    # ExitCode restarts a pod that ends by a signal, 137 (out of memory) too, without end.
+    assert whole_number(run_policy["backoffLimit"], 1)
+
+
+def broken(change):
+    tfjob = copy.deepcopy(only(manifest(TFJOB_MANIFEST), "TFJob"))
+    change(tfjob["spec"], tfjob["spec"]["tfReplicaSpecs"])
+    return tfjob
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda spec, specs: specs.update(Master=specs["Chief"]), "more than one chief or master"),
+    (lambda spec, specs: specs["Chief"].update(replicas=2), "more than one chief or master"),
+    (lambda spec, specs: specs["Evaluator"].update(replicas=2), "more than one evaluator"),
+    (lambda spec, specs: specs.update(Trainer=specs.pop("Worker")), "Trainer is no replica type"),
+    (lambda spec, specs: specs["PS"].update(template={"spec": {"containers": [
+        {"name": "trainer", "image": "REGISTRY/cifar10-estimator:latest"}]}}),
+     "PS has no container named tensorflow"),
+    (lambda spec, specs: specs["PS"].update(template={"spec": {"containers": [
+        {"name": "tensorflow"}]}}), "PS has a container without an image"),
+    (lambda spec, specs: specs["Worker"].update(restartPolicy="OnExit"),
+     "Worker restartPolicy is one of"),
+    (lambda spec, specs: spec["runPolicy"].update(cleanPodPolicy="Finished"),
+     "cleanPodPolicy is one of"),
+    (lambda spec, specs: spec["runPolicy"].update(backoffLimit=-1), "backoffLimit is a whole"),
+    (lambda spec, specs: spec["runPolicy"].update(cleanPods="Running"),
+     "runPolicy has no field cleanPods"),
+])
+def test_the_operators_rules_refuse_what_the_operator_refuses(change, problem):
+    problems = tfjob_problems(broken(change))
+    assert len(problems) == 1 and problems[0].startswith(problem), problems
 
 
 def replaced(args, data_dir, job_dir, train_steps):
@@ -115,7 +274,7 @@ def replaced(args, data_dir, job_dir, train_steps):
 @pytest.mark.slow
 @many_processes
 def test_the_manifests_convert_the_data_and_train_as_a_cluster(tmp_path):
-    objects = page_objects()
+    objects = all_objects()
     data_dir, job_dir = tmp_path / "data", tmp_path / "job"
     data_dir.mkdir()
     # In the data volume's place, the archive the Job would download: 100 images a batch,

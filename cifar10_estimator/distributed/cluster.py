@@ -7,6 +7,8 @@ tf.estimator.train_and_evaluate reads TF_CONFIG and runs whatever task it names:
 
 chief (or TF 1.x's master) and the workers train, the chief alone writing checkpoints
 and summaries; variables live on the ps tasks; an evaluator evaluates new checkpoints.
+The cluster may list the evaluator too, as Kubeflow's training operator writes it (with
+"environment": "cloud", which nothing reads): it is not part of the training cluster.
 This module checks TF_CONFIG before TensorFlow starts, so a mistake is one line, and
 covers what the Estimator leaves out when it is given a session config.
 """
@@ -90,7 +92,8 @@ def task_from_tf_config(text):
 
     Raises:
       UsageError: TF_CONFIG is not JSON, names an unknown or missing task, a task
-        index out of range, a cluster without chief, or a master with an evaluator.
+        index out of range, a cluster without chief, a second evaluator, or a master
+        with an evaluator.
     """
     if not text or not text.strip():
         return None
@@ -144,7 +147,26 @@ def _validated_cluster(cluster):
     if WORKER in cluster and PS not in cluster:
         raise UsageError('the TF_CONFIG cluster has workers but no "ps": add at least one '
                          "parameter server to hold the shared variables")
+    if EVALUATOR in cluster:
+        _check_one_evaluator(len(cluster[EVALUATOR]), "the TF_CONFIG cluster has %d evaluator "
+                             "addresses" % len(cluster[EVALUATOR]))
+        _check_no_master_beside_an_evaluator(cluster)
     return cluster
+
+
+def _check_one_evaluator(count, what):
+    # tf.estimator runs evaluator 0 alone; two evaluators would evaluate the same checkpoints
+    # and write the same results into the job dir.
+    if count > 1:
+        raise UsageError("%s; a cluster has one evaluator, index 0: two would evaluate the same "
+                         "checkpoints and write the same results" % what)
+
+
+def _check_no_master_beside_an_evaluator(cluster):
+    if MASTER in cluster:
+        raise UsageError('an evaluator cannot join a TF_CONFIG cluster with a "master": '
+                         "tf.estimator evaluates on the master itself; name the master "
+                         '"chief" to evaluate in a separate evaluator task')
 
 
 def _task_index(task):
@@ -168,10 +190,10 @@ def _validated_task(task, cluster):
                          "position in its job's address list)" % task_type)
     index = _task_index(task)
     if task_type == EVALUATOR:
-        if MASTER in cluster:
-            raise UsageError('an evaluator cannot join a TF_CONFIG cluster with a "master": '
-                             "tf.estimator evaluates on the master itself; name the master "
-                             '"chief" to evaluate in a separate evaluator task')
+        # The evaluator need not be in the cluster (it serves nothing), so its index is
+        # checked here rather than against the cluster's list.
+        _check_one_evaluator(index + 1, "TF_CONFIG names evaluator:%d" % index)
+        _check_no_master_beside_an_evaluator(cluster)
     elif task_type not in cluster:
         raise UsageError('TF_CONFIG task type "%s" is not a job of its cluster (%s)'
                          % (task_type, ", ".join(sorted(cluster))))
