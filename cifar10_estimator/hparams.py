@@ -13,6 +13,7 @@ a finished job) writes nothing. The newest run's values rebuild the job's checkp
 later (the evaluate command reads them).
 """
 
+import argparse
 import dataclasses
 import json
 import numbers
@@ -52,6 +53,17 @@ def num_units_per_stage(num_layers):
         raise ValueError("num_layers must be 6n+2 for a whole n >= 1 (8, 14, 20, 32, 44, 56, "
                          "110, ...), got %r" % (num_layers,))
     return (num_layers - 2) // 6
+
+
+def resnet_depth(text):
+    """argparse type of the benchmarks' and the GPU check's depth options: a ResNet depth
+    the trainer builds (num_units_per_stage)."""
+    try:
+        depth = int(text)
+        num_units_per_stage(depth)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error))
+    return depth
 
 
 def _recipes_help():

@@ -101,17 +101,22 @@ def test_the_refusal_names_the_fix_that_fits_what_is_installed(monkeypatch):
 SECOND_UUID = "GPU-8b31d7e4-22f0-4a5c-b6d8-3c9a4e1f7a02"
 
 
+def two_gpus_driver(tmp_path, monkeypatch, visible):
+    """The stand-in driver's two GPUs on PATH, CUDA_VISIBLE_DEVICES `visible` (None: unset)."""
+    driver = stand_ins.nvidia_smi_dir(tmp_path / "driver")
+    monkeypatch.setenv("PATH", str(driver) + os.pathsep + os.environ["PATH"])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+
+
 @pytest.mark.parametrize("visible, expected", [
     (None, [0, 1]), ("", []), ("1", [1]), ("1,0", [1, 0]), ("GPU-8b31", [1]),
     (SECOND_UUID + ",0", [1, 0]), ("0,7,1", [0]), ("-1", []), (" 1 ", [1]),
 ])
 def test_cuda_visible_devices_leaves_the_script_and_the_trainer_the_same_gpus(
         tmp_path, monkeypatch, visible, expected):
-    driver = stand_ins.nvidia_smi_dir(tmp_path / "driver")
-    monkeypatch.setenv("PATH", str(driver) + os.pathsep + os.environ["PATH"])
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    if visible is not None:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    two_gpus_driver(tmp_path, monkeypatch, visible)
     script = subprocess.run(["bash", "-c", "source scripts/venv.sh; driver_gpus"],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, universal_newlines=True,
                             timeout=60, check=True)
@@ -295,11 +300,7 @@ def test_the_launcher_starts_each_task_with_its_gpus_and_the_evaluator_on_the_cp
     ("0,7,1", ["0"])])  # CUDA stops at the first entry that names no GPU
 def test_the_launcher_deals_out_the_gpus_its_own_cuda_visible_devices_leaves_it(
         tmp_path, monkeypatch, visible, expected):
-    driver = stand_ins.nvidia_smi_dir(tmp_path / "driver")
-    monkeypatch.setenv("PATH", str(driver) + os.pathsep + os.environ["PATH"])
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    if visible is not None:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    two_gpus_driver(tmp_path, monkeypatch, visible)
     # Asked only where the driver lists none: a container may have no nvidia-smi.
     monkeypatch.setattr(hardware, "num_gpus_visible", lambda: 0)
     assert hardware.visible_gpu_entries() == expected

@@ -27,7 +27,6 @@ and ResNet-44 with more steps and rounds (tens of minutes); --num-layers picks t
 comparison again): the report then holds those, and the ratios whose both sides ran.
 """
 
-import argparse
 import dataclasses
 import os
 import shlex
@@ -123,15 +122,6 @@ MODES = {
 }
 
 
-def _depth(text):
-    depth = cli.positive_int(text)
-    try:
-        job_hparams.num_units_per_stage(depth)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error))
-    return depth
-
-
 @dataclasses.dataclass(frozen=True)
 class SuiteOptions:
     """The command line: how much to measure, and where the results and scratch files go."""
@@ -142,7 +132,7 @@ class SuiteOptions:
         "full": "ResNet-20 and ResNet-44, more steps and rounds, tens of minutes"})
     num_layers: typing.Optional[list] = cli.option(
         None, "ResNet depths to train (6n+2) instead of the mode's",
-        type=_depth, nargs="+", metavar="N")
+        type=job_hparams.resnet_depth, nargs="+", metavar="N")
     output_dir: str = cli.option(
         "benchmark_results", "where benchmark.json and benchmark.md are written (default: "
                              "%(default)s)", metavar="DIR")

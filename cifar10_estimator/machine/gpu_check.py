@@ -12,7 +12,6 @@ Without a GPU it does the same on logical CPU devices (the trainer's --num-cpu-t
 says so: those figures show the multi-tower path works, not how fast a GPU is.
 """
 
-import argparse
 import collections
 import dataclasses
 import platform
@@ -35,16 +34,6 @@ CPU_BATCH_SIZE_PER_TOWER = 16
 CPU_STEPS = 5
 
 
-def resnet_depth(text):
-    """argparse type: a ResNet depth the trainer builds (hparams.num_units_per_stage)."""
-    try:
-        depth = int(text)
-        job_hparams.num_units_per_stage(depth)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error))
-    return depth
-
-
 @dataclasses.dataclass(frozen=True)
 class GpuCheckOptions:
     """The command line: the model trained and how long it is timed."""
@@ -52,7 +41,7 @@ class GpuCheckOptions:
     num_layers: int = cli.option(
         job_hparams.DEFAULTS.num_layers, "ResNet depth, 6n+2 (default %d, the trainer's)."
                                          % job_hparams.DEFAULTS.num_layers,
-        type=resnet_depth, metavar="L")
+        type=job_hparams.resnet_depth, metavar="L")
     batch_size_per_tower: typing.Optional[int] = cli.option(
         None, "Synthetic examples a tower trains on each step (default %d, the trainer's "
               "batch, on GPUs; %d on logical CPU devices)."
