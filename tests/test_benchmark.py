@@ -252,7 +252,7 @@ def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
                             "keras_fit", "--output-dir", tmp_path / "out"],
                            env={"TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
-    timer = threading.Timer(300, process.kill)
+    timer = threading.Timer(300, process.kill)  # a hang guard (cli_helpers): 2 trainers' start
     timer.start()
     try:
         # Once a training turn is reported, trainers are running (and some paused).
@@ -261,7 +261,7 @@ def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
                 break
         assert _processes_mentioning(str(tmp_path)) != [process.pid]
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)  # a hang guard: it stops them at once
     finally:
         timer.cancel()
     leftovers = _processes_mentioning(str(tmp_path))
