@@ -94,8 +94,9 @@ def training_flops_per_example(num_layers, side):
     over its stride squared, times kernel x channels, so a strided convolution's (whose
     input model_base pads) a little more than its forward pass. The first convolution's
     input gradient counts too: the graph holds it, though no step runs it. Left out, as
-    under 0.2 %: the element-wise ops (the shortcuts' additions and pooling, the loss);
-    batch norm, ReLU and the update have no statistic there and count nothing either.
+    under 0.5 % (most on the smallest images): the element-wise ops (the shortcuts'
+    additions and pooling, the loss); batch norm, ReLU and the update have no statistic
+    there and count nothing either.
     """
     flops = 0
     for in_filter, out_filter, stride in _convolutions(num_layers):

@@ -28,8 +28,26 @@ def cli_env(extra=None):
     return cli.child_environment(extra)
 
 
+# Wall-clock bounds. The tests wait for events (a line, a file, an exit), never for a
+# time. A bound on such a wait (a child's timeout=, a polling loop's deadline) only makes a
+# hung child fail its test with its output, sooner than pytest.ini's timeout (600 s a
+# test) would: it claims no speed, and a wait that ends returns at once. So each is set
+# at several times what its wait takes on a loaded 2-core machine running the suite in
+# parallel, by what the child does:
+#   60 s    little: stops before TensorFlow's import (a usage error, a shell script's own
+#           checks, a `python -c` probe), or exits on a signal already sent to it;
+#   120 s   imports TensorFlow (seconds on a loaded machine) and stops at a check, or
+#           trains, evaluates or exports a handful of steps or images;
+#   180-300 s  a tiny run end to end (ResNet-8, a few steps, its evaluations and exports),
+#           a conversion, or a wait for a line or a checkpoint inside one;
+#   540-600 s  several TensorFlow processes at once (a cluster, the benchmark's trainers).
+# A bound that is a behaviour under test (a time a run must keep to, an interval in which
+# something must not happen) says beside it why it is that long.
+
+
 def run_module(module, args, timeout=600, env=None):
-    """Run `python -m module args...` to completion; returns the CompletedProcess (text)."""
+    """Run `python -m module args...` to completion; returns the CompletedProcess (text).
+    timeout: seconds before it is killed as hung (see the wall-clock bounds above)."""
     return subprocess.run(
         [sys.executable, "-m", module] + [str(a) for a in args],
         cwd=REPO_ROOT, env=cli_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

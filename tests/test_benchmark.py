@@ -1,6 +1,11 @@
 """The benchmark CLI end to end (--smoke): it runs every section and writes its report;
 --sections and --runs measure only some.
 
+The report's layout is read off one --smoke run that trains one run of each kind of child
+(the trainer and Keras, in fp32 and where the CPU has them in bf16); that the suite plans
+every run, with a command its program takes, and that every ratio follows from the runs
+that trained, is checked without training.
+
 No speed is asserted: the figures depend on the machine and its load.
 """
 
@@ -29,6 +34,15 @@ RUN_NAMES = {"estimator_tfrecords", "estimator_synthetic", "keras_fit",
              "estimator_synthetic_2_towers", "estimator_tfrecords_pooling_allocator"}
 BF16_RUN_NAMES = {"estimator_tfrecords_bf16", "keras_fit_bf16",
                   "estimator_tfrecords_bf16_pooling_allocator"}
+# What the smoke run trains: each kind of child process once in each precision (the other
+# runs are the trainer's own flags and environment, planned and checked below); where the
+# CPU has no bf16, the bf16 runs are left out as in a run of every one.
+SMOKE_RUN_NAMES = {"estimator_tfrecords", "keras_fit"}
+SMOKE_BF16_RUN_NAMES = {"estimator_tfrecords_bf16", "keras_fit_bf16"}
+# The ratios of those runs, and those of the other sections.
+SMOKE_COMPARISON_KEYS = {"input_pipeline_vs_original", "estimator_vs_keras",
+                         "conversion_vs_original"}
+SMOKE_BF16_COMPARISON_KEYS = {"bf16_vs_fp32", "estimator_vs_keras_bf16"}
 
 
 def measures_bf16(results):
@@ -37,12 +51,14 @@ def measures_bf16(results):
 
 @pytest.fixture(scope="module")
 def smoke_report(tmp_path_factory):
-    """(CompletedProcess, benchmark.json, benchmark.md) of one --smoke run; its tests are
+    """(CompletedProcess, benchmark.json, benchmark.md) of one --smoke run of every section,
+    training SMOKE_RUN_NAMES (and SMOKE_BF16_RUN_NAMES where measured); its tests are
     benchmark_trainers, and so on one worker: it runs once."""
     output_dir = tmp_path_factory.mktemp("benchmark")
-    # Its 8 trainers start together: on a machine busy with the other tests it takes minutes.
-    result = run_module("cifar10_estimator.benchmarks", ["--smoke", "--output-dir", output_dir],
-                        timeout=540)
+    # Its 4 trainers start together: on a machine busy with the other tests it takes minutes.
+    result = run_module("cifar10_estimator.benchmarks",
+                        ["--smoke", "--output-dir", output_dir, "--runs"]
+                        + sorted(SMOKE_RUN_NAMES | SMOKE_BF16_RUN_NAMES), timeout=540)
     assert result.returncode == 0, result.stderr[-5000:]
     with open(str(output_dir / "benchmark.json")) as stream:
         results = json.load(stream)
@@ -66,8 +82,8 @@ def test_json_has_every_section_and_the_command(smoke_report):
 def test_every_run_is_measured_with_throughput_and_memory(smoke_report):
     _, results, _ = smoke_report
     runs = results["training"]["runs"]
-    assert {run["name"] for run in runs} == RUN_NAMES | (
-        BF16_RUN_NAMES if measures_bf16(results) else set())
+    assert {run["name"] for run in runs} == SMOKE_RUN_NAMES | (
+        SMOKE_BF16_RUN_NAMES if measures_bf16(results) else set())
     turns_per_round = results["training"]["timed_steps"] // results["training"]["steps_per_turn"]
     for run in runs:
         assert run["median_examples_per_sec"] > 0
@@ -104,8 +120,8 @@ def test_conversion_writes_the_same_examples_both_ways(smoke_report):
 def test_every_target_has_a_ratio_and_a_verdict(smoke_report):
     _, results, markdown = smoke_report
     rows = {row["key"]: row for row in results["comparisons"]}
-    assert set(rows) == COMPARISON_KEYS | (
-        BF16_COMPARISON_KEYS if measures_bf16(results) else set())
+    assert set(rows) == SMOKE_COMPARISON_KEYS | (
+        SMOKE_BF16_COMPARISON_KEYS if measures_bf16(results) else set())
     for key, row in rows.items():
         assert row["ratio_q25"] <= row["ratio"] <= row["ratio_q75"]
         assert (row["met"] is None) == (key in UNTARGETED_KEYS)
@@ -174,6 +190,38 @@ def _trained(*names):
             "flops": {"8": {"trainable_parameters": 75355}}, "training": {"runs": runs}}
 
 
+def test_the_suite_trains_every_run_and_the_bf16_ones_where_the_cpu_has_bf16():
+    assert {run.name for run in suite.training_runs(8, 8, with_bf16=True)} == (
+        RUN_NAMES | BF16_RUN_NAMES)
+    assert {run.name for run in suite.training_runs(8, 8, with_bf16=False)} == RUN_NAMES
+
+
+@pytest.mark.parametrize("run", suite.training_runs(8, 8, with_bf16=True),
+                         ids=lambda run: run.name)
+def test_each_runs_command_line_is_one_its_program_takes(run):
+    from cifar10_estimator import flags
+    from cifar10_estimator.benchmarks import keras_peer, training
+
+    if run.kind == "keras":
+        argv = training.keras_argv(run, "data", 10, 20)
+        assert argv[1:3] == ["-m", "cifar10_estimator.benchmarks.keras_peer"]
+        # argparse's own parser (the child's): a flag it does not take exits here.
+        assert keras_peer.build_parser().parse_args(argv[3:]).num_layers == 8
+    else:
+        argv = training.trainer_argv(run, "data", "job", 10, 20)
+        assert argv[1:3] == ["-m", "cifar10_estimator.main"]
+        settings = flags.parse(argv[3:])
+        assert (settings.hparams.num_layers, settings.num_cpu_towers) == (8, run.num_cpu_towers)
+
+
+def test_with_every_run_trained_every_training_target_has_its_ratio():
+    rows = suite.comparisons(_trained(*RUN_NAMES | BF16_RUN_NAMES))
+    # The input pipeline's and the conversion's come from their own sections.
+    assert {row["key"] for row in rows} == (COMPARISON_KEYS | BF16_COMPARISON_KEYS) - {
+        "input_pipeline_vs_original", "conversion_vs_original"}
+    assert all((row["met"] is None) == (row["key"] in UNTARGETED_KEYS) for row in rows)
+
+
 def test_runs_report_the_ratios_whose_both_runs_trained():
     rows = suite.comparisons(_trained("estimator_tfrecords", "keras_fit",
                                       "estimator_tfrecords_bf16"))
@@ -204,7 +252,7 @@ def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
                             "keras_fit", "--output-dir", tmp_path / "out"],
                            env={"TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
-    timer = threading.Timer(300, process.kill)
+    timer = threading.Timer(300, process.kill)  # a hang guard (cli_helpers): 2 trainers' start
     timer.start()
     try:
         # Once a training turn is reported, trainers are running (and some paused).
@@ -213,7 +261,7 @@ def test_sigterm_stops_the_trainers_and_removes_the_work_directory(tmp_path):
                 break
         assert _processes_mentioning(str(tmp_path)) != [process.pid]
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)  # a hang guard: it stops them at once
     finally:
         timer.cancel()
     leftovers = _processes_mentioning(str(tmp_path))

@@ -43,6 +43,8 @@ def _finish(argv, tmp_path):
 
 
 def test_a_childs_peak_memory_is_its_own(tmp_path):
+    # Held 1 s: 20 of the parent's samples (each reads the child's peak so far), where one
+    # after the allocation is enough.
     holds_300_mb = "import time; data = b'x' * (300 << 20); time.sleep(1)"
     status, _, peak_mb = _finish([sys.executable, "-c", holds_300_mb], tmp_path)
     assert status == 0

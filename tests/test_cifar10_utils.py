@@ -241,8 +241,12 @@ def test_byte_size_of_an_op_that_is_not_a_variable_is_an_error():
 
 
 # A --sync chief in a program of its own: the update thread's last run is cancelled when
-# the session closes, and here comes back from TensorFlow 2 s late, as it may on a busy
-# machine. The first atexit handler runs last and reports whether the thread still runs.
+# the session closes, and here comes back from TensorFlow late, as it may on a busy
+# machine: only once training has returned (an event, so that it is still there then on
+# any machine), and 2 s later still, long past the interpreter's way to its exit, where a
+# thread that nothing waits for would be left running (and within the
+# SYNC_UPDATES_EXIT_WAIT_SECS the exit waits). The first atexit handler runs last and
+# reports whether the thread still runs.
 SYNC_CHIEF_PROGRAM = """
 import atexit, threading, time
 import tensorflow as tf
@@ -253,12 +257,14 @@ def update_threads():
 
 atexit.register(lambda: print("update threads at exit:", len(update_threads()), flush=True))
 session_run = tf.compat.v1.Session.run
+trained = threading.Event()
 
 def run_late_once_cancelled(self, *args, **kwargs):
     try:
         return session_run(self, *args, **kwargs)
     except tf.errors.CancelledError:
         if threading.current_thread().name == "sync_replicas_updates":
+            trained.wait()
             time.sleep(2)
         raise
 
@@ -277,6 +283,7 @@ with tf.compat.v1.train.MonitoredTrainingSession(is_chief=True, hooks=hooks) as 
     while not session.should_stop():
         session.run(train_op)
 print("update threads after training:", len(update_threads()), flush=True)
+trained.set()
 """
 
 

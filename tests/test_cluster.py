@@ -259,9 +259,11 @@ def test_watchdog_reports_a_ps_lost_for_longer_than_the_timeout():
     address = "127.0.0.1:%d" % listener.getsockname()[1]
     watchdog, reports, reported = watch([address], timeout_secs=0.5)
     try:
+        # Twice its timeout, 20 probes: a watchdog that took a listening ps for lost
+        # would have said so by then.
         assert not reported.wait(1.0), reports
         listener.close()
-        assert reported.wait(5.0)
+        assert reported.wait(5.0)  # a hang guard: it reports 0.5 s after the close
     finally:
         watchdog.stop()
     assert reports == ["lost the parameter server ps:0 (%s): no connection for 0.5 s "
@@ -274,7 +276,7 @@ def test_watchdog_reports_a_ps_that_never_came_up():
     address = "127.0.0.1:%d" % local_cluster.free_ports(1)[0]
     watchdog, reports, reported = watch(["127.0.0.1:1", address], timeout_secs=0.3)
     try:
-        assert reported.wait(5.0)
+        assert reported.wait(5.0)  # a hang guard: it reports 0.3 s after its start
     finally:
         watchdog.stop()
     assert reports[0].startswith("cannot reach the parameter server ps:0 (127.0.0.1:1) "
@@ -285,14 +287,14 @@ def test_watchdog_reports_a_ps_that_never_came_up():
 
 def launcher_args(data_dir, job_dir, trainer_flags, launcher_flags):
     """Launcher arguments: 1 ps, chief, 1 worker and an evaluator unless launcher_flags say
-    otherwise."""
+    otherwise; --timeout-secs is a hang guard (cli_helpers) on the whole tiny cluster."""
     return (["--num-ps", "1", "--num-workers", "1", "--timeout-secs", "240"]
             + list(launcher_flags) + ["--"] + trainer_args(data_dir, job_dir, *trainer_flags))
 
 
 def wait_for_line(process, read_log, pattern, source, prefix="", timeout_secs=180):
     """The match of `pattern` in the first line of read_log() after `prefix` that has one,
-    waiting for it while `process` runs."""
+    waiting for it while `process` runs (timeout_secs: a hang guard, see cli_helpers)."""
     deadline = time.monotonic() + timeout_secs
     while True:
         lines = read_log().splitlines()
@@ -521,7 +523,8 @@ def assert_evaluator_took_up_the_final_checkpoint_at_once(output, job_dir, final
                                                            exited_at):
     """With the default --eval-every-secs (600), the evaluator's first evaluation starts
     its wait; the checkpoints written during it are skipped, the final one is not: it is
-    evaluated, and tested, as soon as it is written."""
+    evaluated, and tested, as soon as it is written: the cluster exits within the seconds
+    that takes (60 s: several times that on a loaded machine), not after the 600 s wait."""
     final_checkpoint_written_at = os.path.getmtime(
         str(job_dir / ("model.ckpt-%d.index" % final_step)))
     assert exited_at - final_checkpoint_written_at < 60

@@ -31,13 +31,23 @@ def recipe_hparams(recipe, num_train_examples):
     return job_hparams.HParams(recipe=recipe, num_train_examples=num_train_examples, **values)
 
 
-@pytest.mark.parametrize("num_layers, side", [(8, 32), (8, 13)])
+# The depths the recipes train (ResNet-8 in the tests, 14 in sprint and quick, 20 in the
+# paper's) at the sides their phases train on, and 13 pixels, where the strided
+# convolutions' padded inputs are odd. Each builds the training graph and profiles it (a
+# second or two), none trains.
+PROFILED_SHAPES = [(8, 32), (8, 13)] + [(num_layers, side) for num_layers in (14, 20)
+                                        for side in (16, 24, 32)]
+
+
+@pytest.mark.parametrize("num_layers, side", PROFILED_SHAPES)
 def test_an_example_costs_what_tensorflows_profiler_counts_in_the_training_graph(
         num_layers, side):
-    # 13 pixels: the strided convolutions' padded inputs are odd.
-    counted = profiled.count_model_flops(num_layers, 16, image_side=side)
-    assert cifar10_model.training_flops_per_example(num_layers, side) == pytest.approx(
-        counted["train_step_flops_per_example"], rel=0.01)
+    profiler_flops = profiled.count_training_step(num_layers, 16, image_side=side)[
+        "train_step_flops_per_example"]
+    # The count leaves out only the element-wise ops (shortcut additions, pooling, the
+    # loss), which the profiler counts: a shortfall, and a small one.
+    shortfall = 1 - cifar10_model.training_flops_per_example(num_layers, side) / profiler_flops
+    assert 0 <= shortfall < 0.005, (num_layers, side, shortfall)
 
 
 def test_the_sprint_and_quick_recipes_train_with_94_and_107_tflop():

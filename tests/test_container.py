@@ -109,6 +109,8 @@ def engine():
 
 
 @pytest.mark.slow
+# A hang guard (cli_helpers) on the image's build (minutes, and the package index's
+# downloads) and its runs: many times what it takes.
 @pytest.mark.timeout(3000)
 @pytest.mark.skipif(not (engine() and os.environ.get("CIFAR10_CONTAINER_TEST") == "1"),
                     reason="builds the image (minutes, about 2 GB, the package index) and "

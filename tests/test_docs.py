@@ -10,14 +10,16 @@ docs/training.md must be the one the options' declarations generate.
 
 The figures stay honest: every accuracy, time, count of runs and training FLOPs of the
 README's results table is in docs/accuracy.md's summary table, in a row of the same command
-and data (and CPU, for a time); a CPU named beside a measured figure carries its cpu family
-and model (and an Intel Xeon 6/207, whether it has AMX); no page speaks of the sessions
-that made its figures ("this stop", "today's recipe"); the accuracy page opens with its
-summary and stays short; each page of the manual opens with what to run. Every container
-build shown finds its file under Docker and Podman alike, and every `kubectl apply -f`
-names a file of the checkout.
+and data (and CPU, for a time); each row of both tables prints the training TFLOP the
+trainer counts for its command and number of training images; a CPU named beside a
+measured figure carries its cpu family and model (and an Intel Xeon 6/207, whether it has
+AMX); no page speaks of the sessions that made its figures ("this stop", "today's
+recipe"); the accuracy page opens with its summary and stays short; each page of the
+manual opens with what to run. Every container build shown finds its file under Docker
+and Podman alike, and every `kubectl apply -f` names a file of the checkout.
 """
 
+import dataclasses
 import difflib
 import functools
 import glob
@@ -514,6 +516,67 @@ def test_the_readmes_results_have_a_row_per_recipe():
     assert all(named), "each row of the README's results is one `--recipe NAME`"
     names = [match.group(1) for match in named]
     assert len(names) == len(set(names)) and set(names) <= set(recipes.RECIPES), names
+
+
+# How a row says how many images its command trains on: the README's "on all 50000
+# training images" or "on 45000", the summary's "`data-45k`: 45000".
+TRAINING_IMAGES = re.compile(r"(?:\bon (?:all )?|`: )(\d{4,})\b")
+TFLOP_FIGURE = re.compile(r"(\d+(?:\.(\d+))?) TFLOP\b")
+
+
+def tflop_problems(page, table):
+    """Where a row of a results table (marked_table's rows, header first) prints a training
+    TFLOP other than the trainer's count for its command, at the precision printed: the
+    plan line's (model_fn.training_compute) for the row's trainer flags (the code spans of
+    its first cell that start with --) on the images it says it trains on."""
+    import shlex
+    from cifar10_estimator import flags
+    from cifar10_estimator import model_fn
+    problems = []
+    for number, cells in table[1:]:
+        row = " | ".join(cells)
+        trainer_flags = " ".join(code for code in re.findall(r"`([^`]+)`", cells[0])
+                                 if code.startswith("--"))
+        images, figure = TRAINING_IMAGES.search(row), TFLOP_FIGURE.search(row)
+        if not (trainer_flags and images and figure):
+            problems.append("%s:%d: a row without its trainer flags, its number of training "
+                            "images or its TFLOP: %s" % (page, number, row))
+            continue
+        hparams = dataclasses.replace(
+            flags.parse(shlex.split(trainer_flags) + ["--job-dir", "unused"]).hparams,
+            num_train_examples=int(images.group(1)))
+        counted = "%.*f" % (len(figure.group(2) or ""),
+                            model_fn.training_compute(hparams).flops() / 1e12)
+        if counted != figure.group(1):
+            problems.append("%s:%d: %s on %s images prints %s TFLOP; the trainer counts %s"
+                            % (page, number, trainer_flags, images.group(1), figure.group(1),
+                               counted))
+    return problems
+
+
+@pytest.mark.parametrize("page, begin, end", [(RESULTS_PAGE, RESULTS_BEGIN, RESULTS_END),
+                                              (SUMMARY_PAGE, SUMMARY_BEGIN, SUMMARY_END)],
+                         ids=["results", "summary"])
+def test_each_results_row_prints_the_tflop_the_trainer_counts_for_its_command(page, begin, end):
+    problems = tflop_problems(page, marked_table(page, begin, end))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_tflop_check_reads_each_rows_command_and_images():
+    header = (1, ["command", "what it trains", "training"])
+    assert tflop_problems("page.md", [
+        header,
+        (2, ["`--recipe paper`", "ResNet-20 on 45000, `data-45k`", "2011.1 TFLOP"]),
+        (3, ["`bash scripts/setup_and_run.sh` (`--recipe quick`)", "`data/`: 40000",
+             "94.7 TFLOP"]),
+        (4, ["`--recipe budget --num-layers 56`", "`data-45k`: 45000", "1019 TFLOP"]),
+        (5, ["`--recipe sprint`", "ResNet-14", "93.8 TFLOP"]),
+    ]) == [
+        "page.md:2: --recipe paper on 45000 images prints 2011.1 TFLOP; the trainer counts "
+        "2008.4",
+        "page.md:5: a row without its trainer flags, its number of training images or its "
+        "TFLOP: `--recipe sprint` | ResNet-14 | 93.8 TFLOP",
+    ]
 
 
 def test_the_accuracy_page_opens_with_its_summary_and_stays_short():

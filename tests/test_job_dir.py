@@ -24,6 +24,7 @@ from test_training import checkpoint_steps, trainer_args
 
 pytest_plugins = ["trained_job"]
 MODULE = "cifar10_estimator.main"
+# A hang guard (cli_helpers) on the waits inside a tiny run: its lock, its first checkpoint.
 DEADLINE_SECS = 300
 
 

@@ -70,6 +70,7 @@ def python(code):
     return [sys.executable, "-c", code]
 
 
+# "Forever": the tests' tasks that run until the launcher stops them sleep 600 s.
 SERVE_FOREVER = python("import time; print('serving', flush=True); time.sleep(600)")
 
 
@@ -87,9 +88,11 @@ def test_waits_for_trainers_and_evaluator_then_stops_the_ps():
         Task("ps", 0): SERVE_FOREVER,
         Task("chief"): python("print('chief trains')"),
         Task("worker", 0): python("print('worker trains')"),
+        # Still evaluating when the trainers, which print at once, are done: the wait for
+        # it is tried. (Should a loaded machine end it first, the test is easier, not false.)
         Task("evaluator"): python("import time; time.sleep(0.5); print('evaluated')"),
     }, output)
-    local.run(timeout_secs=None, evaluator_grace_secs=30)
+    local.run(timeout_secs=None, evaluator_grace_secs=30)  # a hang guard: it takes 0.5 s
     log = output.getvalue()
     for line in ("[chief] chief trains", "[worker0] worker trains", "[evaluator] evaluated",
                  "[ps0] serving", "[launcher] training finished", "[launcher] stopping ps0"):
@@ -105,7 +108,7 @@ def test_a_failing_task_stops_the_others_and_is_named():
         Task("worker", 0): python("import sys; sys.exit(3)"),
     }, output)
     with pytest.raises(Cifar10EstimatorError, match=r"^worker0 failed \(exit status 3\)"):
-        local.run(timeout_secs=60)
+        local.run(timeout_secs=60)  # a hang guard (cli_helpers): the failure ends it at once
     assert "[launcher] stopping chief" in output.getvalue()
     assert "[launcher] stopping ps0" in output.getvalue()
 
@@ -116,7 +119,7 @@ def test_a_ps_that_exits_is_a_failure_even_with_status_0():
         Task("chief"): python("import time; time.sleep(600)"),
     }, io.StringIO())
     with pytest.raises(Cifar10EstimatorError, match="^ps0 exited while the cluster ran"):
-        local.run(timeout_secs=60)
+        local.run(timeout_secs=60)  # a hang guard (cli_helpers): the exit ends it at once
 
 
 def test_the_overall_timeout_stops_everything():
@@ -140,7 +143,7 @@ def test_an_evaluator_past_its_grace_period_is_stopped_and_reported():
     }, output)
     with pytest.raises(Cifar10EstimatorError,
                        match=r"evaluator did not finish the final evaluation within 0.5 s"):
-        local.run(timeout_secs=60, evaluator_grace_secs=0.5)
+        local.run(timeout_secs=60, evaluator_grace_secs=0.5)  # the first, a hang guard
     assert "[launcher] stopping evaluator" in output.getvalue()
 
 
@@ -184,7 +187,7 @@ def test_tasks_die_with_a_launcher_killed_outright(tmp_path):
         "time.sleep(600)\n" % ps_program), cwd=REPO_ROOT, env=cli_env(),
         stdout=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 60  # a hang guard (cli_helpers): a `python -c` start
         while not (pid_file.exists() and pid_file.read_text()):
             assert time.time() < deadline and launcher.poll() is None, "the ps never started"
             time.sleep(0.1)
@@ -193,6 +196,8 @@ def test_tasks_die_with_a_launcher_killed_outright(tmp_path):
     finally:
         launcher.kill()
         launcher.wait()
+    # The kernel signals the task as its launcher dies (no event this test could wait on
+    # for another's child): 10 s is many times a loaded machine's way there.
     deadline = time.time() + 10
     while is_running(ps_pid):
         if time.time() > deadline:

@@ -52,14 +52,9 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last",
     """FLOPs per example of the ResNet's inference forward pass and of one training step,
     on images of image_side pixels a side.
 
-    The training step is the package's own model_fn graph (one tower): forward, loss with
-    weight decay, gradients, momentum update, summaries. The trainer counts its runs'
-    compute from the network's shapes instead (cifar10_model.training_flops_per_example),
-    which a test checks against this count.
-
     Returns:
-      dict with forward_flops_per_example, train_step_flops_per_example,
-      trainable_parameters and uncounted_op_types.
+      dict with forward_flops_per_example, train_step_flops_per_example (see
+      count_training_step), trainable_parameters and uncounted_op_types.
     """
     with tf.Graph().as_default() as forward_graph:
         model = cifar10_model.ResNetCifar10.from_config(
@@ -67,7 +62,26 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last",
         model.forward_pass(_image_batch(batch_size, image_side),
                            input_data_format="channels_last")
         forward_flops = _graph_flops(forward_graph)
+    training_step = count_training_step(num_layers, batch_size, data_format, image_side)
+    return {
+        "num_layers": num_layers,
+        "forward_flops_per_example": forward_flops / batch_size,
+        **training_step,
+    }
 
+
+def count_training_step(num_layers, batch_size, data_format="channels_last",
+                        image_side=cifar10.HEIGHT):
+    """FLOPs per example of one training step on images of image_side pixels a side.
+
+    The training step is the package's own model_fn graph (one tower): forward, loss with
+    weight decay, gradients, momentum update, summaries. The trainer counts its runs'
+    compute from the network's shapes instead (cifar10_model.training_flops_per_example),
+    which a test checks against this count.
+
+    Returns:
+      dict with train_step_flops_per_example, trainable_parameters and uncounted_op_types.
+    """
     with tf.Graph().as_default() as train_graph:
         hparams = job_hparams.HParams(num_layers=num_layers, train_batch_size=batch_size)
         build_model = model_fn.make_model_fn(
@@ -77,13 +91,8 @@ def count_model_flops(num_layers, batch_size, data_format="channels_last",
                     tf.estimator.ModeKeys.TRAIN, None)
         trainable_parameters = sum(variable.shape.num_elements()
                                    for variable in tf.compat.v1.trainable_variables())
-        train_flops = _graph_flops(train_graph)
-        uncounted = _uncounted_op_types(train_graph)
-
-    return {
-        "num_layers": num_layers,
-        "forward_flops_per_example": forward_flops / batch_size,
-        "train_step_flops_per_example": train_flops / batch_size,
-        "trainable_parameters": trainable_parameters,
-        "uncounted_op_types": uncounted,
-    }
+        return {
+            "train_step_flops_per_example": _graph_flops(train_graph) / batch_size,
+            "trainable_parameters": trainable_parameters,
+            "uncounted_op_types": _uncounted_op_types(train_graph),
+        }
