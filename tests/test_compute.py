@@ -19,6 +19,7 @@ from cifar10_estimator.benchmarks import flops as profiled
 from cifar10_estimator.machine import cpu_peak
 from cifar10_estimator.training import compute
 from cifar10_estimator.training import compute_timer
+from cifar10_estimator.training import precision
 from cifar10_estimator.training import recipes
 
 pytest_plugins = ["trained_job"]
@@ -225,7 +226,8 @@ def test_a_runs_plan_line_summary_and_results_show_its_compute(trained_job):
     expected = model_fn.training_compute(hparams)
     plan = [line for line in trained_job.result.stderr.splitlines()
             if line.startswith("Recipe ")]
-    assert len(plan) == 1 and plan[0].endswith("; %s" % expected.plan_text())
+    assert len(plan) == 1 and plan[0].endswith("; %s %s" % (
+        expected.plan_text(), precision.policy(hparams.precision).plan_text()))
     with open(os.path.join(trained_job.job_dir, report.TEST_RESULTS_FILENAME)) as stream:
         recorded = json.load(stream)["training_compute"]
     assert recorded["tflop"] == pytest.approx(expected.flops() / 1e12)
