@@ -36,6 +36,10 @@ from cifar10_estimator.training import schedule
 
 # --eval-shifts: the furthest test-time shift, in pixels, of a 32x32 image.
 MAX_EVAL_SHIFT = 8
+# How long a cluster's evaluator may take over the final checkpoint once training ended:
+# an evaluation under way, then the final one, its exports and the test evaluation. The
+# chief's --evaluator-wait-secs and the local launcher's --evaluator-grace-secs.
+FINAL_EVALUATION_SECS = 600
 
 # The argument groups of --help, in order: (title, description). An option names its
 # group by the title.
@@ -138,6 +142,13 @@ class Settings:
              "unreachable for S seconds, at start or during training (TensorFlow alone "
              "would wait forever).",
         group="cluster", type=positive_int, metavar="S")
+    evaluator_wait_secs: int = option(
+        FINAL_EVALUATION_SECS,
+        "A chief whose TF_CONFIG cluster lists an evaluator, as Kubeflow's training "
+        "operator writes it, waits up to S seconds once training ended for the evaluator's "
+        "final result (job-dir/%s) before it exits, so that the job's end does not cut "
+        "the final evaluation off; 0 does not wait." % report.TEST_RESULTS_FILENAME,
+        group="cluster", type=non_negative_int, metavar="S")
 
     @property
     def num_towers(self):

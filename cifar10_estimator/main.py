@@ -35,6 +35,7 @@ from cifar10_estimator.cli import stderr_held_for_the_log
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster
+from cifar10_estimator.distributed import evaluator_wait
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 
@@ -241,7 +242,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
 
     An evaluator task runs checkpoint_evaluation.evaluate_until_final instead, which
     evaluates the final checkpoint as soon as it is written; where this process ran the
-    final evaluation, it then evaluates that checkpoint once on the test set.
+    final evaluation, it then evaluates that checkpoint once on the test set. A chief
+    whose cluster lists the evaluator then waits for that (distributed.evaluator_wait).
 
     Args:
       settings: the run's flags.Settings, validated and resolved (flags.resolve).
@@ -298,6 +300,9 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     # Where no checkpoint of this process ended the run: a worker's, or a signal that
     # came during an export.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
+    if settings.evaluator_wait_secs and evaluator_wait.chief_waits_for_the_evaluator(task):
+        evaluator_wait.wait_for_final_result(settings.job_dir, last_step,
+                                             settings.evaluator_wait_secs, signals)
     if metrics is None and not task:
         # Training was already done, so train_and_evaluate skipped the final evaluation
         # too: the run that trained may have been killed before it evaluated.

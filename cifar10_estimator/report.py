@@ -7,6 +7,7 @@ named "test"), one log line and job-dir/test_results.json, which keeps the run's
 training compute too (training.compute).
 """
 
+import json
 import os
 
 from cifar10_estimator import files
@@ -52,6 +53,19 @@ def test_results(metrics, num_examples, checkpoint, weights, training_compute=No
 def write_test_results(job_dir, results):
     """Write `results` to job-dir/test_results.json atomically; returns its path."""
     return files.write_json(os.path.join(job_dir, TEST_RESULTS_FILENAME), results)
+
+
+def read_test_results(job_dir):
+    """job-dir/test_results.json as `test_results` made it, or None where the job has none
+    that reads (it is written whole, so a reader never sees half of it)."""
+    path = os.path.join(job_dir, TEST_RESULTS_FILENAME)
+    path_files = files.for_path(path)
+    try:
+        with path_files.open(path, "r") as stream:
+            results = json.loads(stream.read())
+    except path_files.errors + (ValueError,):
+        return None
+    return results if isinstance(results, dict) else None
 
 
 def _newest_export(job_dir, exporter_name):

@@ -5,7 +5,8 @@ Same as `python -m cifar10_estimator.distributed.local_cluster`; runs from a che
 installing the package. Usage:
 
     python scripts/launch_local_cluster.py [--num-ps 1] [--num-workers 1] [--no-evaluator]
-        [--evaluator-gpus 0] [--timeout-secs S] [--evaluator-grace-secs S] -- TRAINER FLAGS
+        [--evaluator-gpus 0] [--timeout-secs S] [--evaluator-grace-secs S]
+        [--tf-config-shape {estimator,operator}] -- TRAINER FLAGS
 """
 
 import os

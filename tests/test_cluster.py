@@ -8,6 +8,7 @@ step after each of its steps, reading it while other workers update it.
 
 import collections
 import json
+import logging
 import os
 import re
 import signal
@@ -23,9 +24,12 @@ import tensorflow as tf
 from cifar10_estimator import flags
 from cifar10_estimator import main as trainer
 from cifar10_estimator import cifar10
+from cifar10_estimator import report
 from cifar10_estimator.distributed import cluster
+from cifar10_estimator.distributed import evaluator_wait
 from cifar10_estimator.distributed import local_cluster
-from cifar10_estimator.errors import UsageError
+from cifar10_estimator.errors import RunStopped, UsageError
+from cifar10_estimator.training import stop_signals
 from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.distributed.local_cluster import Task
 from cli_helpers import (REPO_ROOT, assert_one_line_error, cli_env, many_processes, run_module,
@@ -281,6 +285,100 @@ def test_watchdog_reports_a_ps_that_never_came_up():
         watchdog.stop()
     assert reports[0].startswith("cannot reach the parameter server ps:0 (127.0.0.1:1) "
                                  "after 0.3 s (--ps-timeout-secs)")
+
+
+# The chief's wait for the evaluator's final result, in-process.
+
+def launcher_tf_config(shape, task_type):
+    """The TF_CONFIG the local launcher gives a task of 1 ps, a chief, a worker and an
+    evaluator in --tf-config-shape `shape`."""
+    options = local_cluster.build_parser().parse_args(["--tf-config-shape", shape])
+    spec, environment = local_cluster.cluster_of(options)
+    return local_cluster.tf_config(spec, Task(task_type), environment)
+
+
+@pytest.mark.parametrize("text, waits", [
+    (operator_tf_config(OPERATOR_REPLICAS, "Chief", 0), True),
+    (operator_tf_config(OPERATOR_REPLICAS, "Worker", 0), False),
+    (operator_tf_config(OPERATOR_REPLICAS, "Evaluator", 0), False),
+    (operator_tf_config({"PS": 1, "Chief": 1, "Worker": 2}, "Chief", 0), False),
+    (launcher_tf_config("operator", "chief"), True),
+    # tf.estimator's shape does not say whether an evaluator runs.
+    (launcher_tf_config("estimator", "chief"), False),
+    (tf_config(CLUSTER, "chief"), False),
+    ("", False),
+], ids=["operator-chief", "operator-worker", "operator-evaluator", "operator-no-evaluator",
+        "launcher-operator-chief", "launcher-estimator-chief", "estimator-chief", "one-machine"])
+def test_only_a_chief_that_sees_an_evaluator_in_its_cluster_waits_for_it(text, waits):
+    task = cluster.task_from_tf_config(text)
+    assert evaluator_wait.chief_waits_for_the_evaluator(task) == waits
+
+
+def test_the_launchers_operator_shape_is_the_operators_on_localhost():
+    config = json.loads(launcher_tf_config("operator", "evaluator"))
+    assert sorted(config["cluster"]) == ["chief", "evaluator", "ps", "worker"]
+    assert config["environment"] == "cloud"
+    assert config["task"] == {"type": "evaluator", "index": 0}
+    addresses = [address for job in config["cluster"].values() for address in job]
+    assert len(set(addresses)) == 4 and all(address.startswith("127.0.0.1:")
+                                           for address in addresses)
+    assert "environment" not in json.loads(launcher_tf_config("estimator", "chief"))
+
+
+def write_test_results(job_dir, global_step):
+    report.write_test_results(str(job_dir), report.test_results(
+        {"accuracy": 0.25, "loss": 2.0, "global_step": global_step}, 100,
+        str(job_dir / ("model.ckpt-%d" % global_step)), "trained"))
+
+
+def console_lines(caplog):
+    return [(record.levelname, record.getMessage()) for record in caplog.records
+            if record.name == "tensorflow.cifar10_estimator"]
+
+
+def test_the_chief_waits_until_the_evaluators_final_result_is_written(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tensorflow")
+    write_test_results(tmp_path, 2)  # an earlier run's, before the last step
+    writer = threading.Timer(0.5, write_test_results, (tmp_path, 4))
+    started = time.monotonic()
+    writer.start()
+    try:
+        results = evaluator_wait.wait_for_final_result(str(tmp_path), 4, timeout_secs=60,
+                                                       poll_secs=0.05)
+    finally:
+        writer.join()
+    assert time.monotonic() - started >= 0.5
+    assert results["global_step"] == 4
+    path = str(tmp_path / "test_results.json")
+    assert console_lines(caplog) == [
+        ("INFO", "Training done; waiting up to 60 s (--evaluator-wait-secs) for the "
+                 "evaluator's final result, %s at step 4 or later" % path),
+        ("INFO", "The evaluator's final result: Test accuracy: 0.2500 on 100 examples "
+                 "(checkpoint model.ckpt-4); weights: trained")]
+
+
+def test_the_chiefs_wait_for_the_evaluator_ends_in_one_line_at_its_bound(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tensorflow")
+    write_test_results(tmp_path, 2)
+    started = time.monotonic()
+    assert evaluator_wait.wait_for_final_result(str(tmp_path), 4, timeout_secs=0.3,
+                                                poll_secs=0.05) is None
+    assert 0.3 <= time.monotonic() - started < 10
+    path = str(tmp_path / "test_results.json")
+    assert console_lines(caplog)[1:] == [
+        ("WARNING", "no final result from the evaluator within 0.3 s (--evaluator-wait-secs): "
+                    "%s has none at step 4 or later; training is done and its final "
+                    "checkpoint saved (python -m cifar10_estimator.serving.evaluate "
+                    "--job-dir %s evaluates it)" % (path, tmp_path))]
+
+
+def test_a_stop_signal_ends_the_chiefs_wait_for_the_evaluator(tmp_path):
+    signals = stop_signals.StopSignals("cifar10-train")
+    signals.signal_number = signal.SIGTERM  # as its handler records one
+    with pytest.raises(RunStopped, match="^stopped by SIGTERM while waiting for the "
+                                         "evaluator's final result"):
+        evaluator_wait.wait_for_final_result(str(tmp_path), 4, timeout_secs=60,
+                                             stop_signals=signals, poll_secs=0.05)
 
 
 # Real clusters.

@@ -6,12 +6,15 @@ Kubeflow's training operator v1, written here from its API types and validation 
 itself cannot be fetched offline). Then the files run: the data Job's command converts an
 archive where the data volume would be, and the TFJob's trainer flags, with the data and
 job paths and the step count replaced, train a real local cluster of the replicas the
-TFJob lists (a ResNet-8 of batch 8 after them, so that its five processes train in
-seconds on two cores). What a real Kubernetes adds (pods, volumes, TF_CONFIG, restarts) is
-not tested here; the TF_CONFIG the operator writes is, in tests/test_cluster.py.
+TFJob lists, each TF_CONFIG in the shape the operator writes (a ResNet-8 of batch 8 after
+them, so that its five processes train in seconds on two cores), which ends with the
+chief having read the evaluator's final result. What a real Kubernetes adds (pods,
+volumes, the services' names, restarts, the run policy) is not tested here; the TF_CONFIG
+the operator writes is built as it writes it in tests/test_cluster.py.
 """
 
 import copy
+import json
 import os
 import re
 
@@ -20,6 +23,7 @@ import pytest
 import yaml
 
 import cifar_archives
+from cifar10_estimator import report
 from cli_helpers import REPO_ROOT, many_processes, run_module
 
 MANIFESTS = os.path.join(REPO_ROOT, "kubernetes")
@@ -291,17 +295,28 @@ def test_the_manifests_convert_the_data_and_train_as_a_cluster(tmp_path):
     args = {tuple(trainer_container(spec)["args"]) for spec in specs.values()}
     assert len(args) == 1, "every replica runs the same flags; only TF_CONFIG differs"
     trainer_flags = replaced(list(args.pop()), data_dir, job_dir, 4)
+    # Each task's TF_CONFIG as the operator writes it: the evaluator in the cluster.
     launcher_flags = ["--num-ps", str(specs["PS"]["replicas"]),
                       "--num-workers", str(specs["Worker"]["replicas"]),
-                      "--timeout-secs", "500"]
+                      "--timeout-secs", "500", "--tf-config-shape", "operator"]
     assert specs["Chief"]["replicas"] == 1
-    if specs.get("Evaluator", {}).get("replicas", 0) != 1:
-        launcher_flags.append("--no-evaluator")
+    assert specs["Evaluator"]["replicas"] == 1
     result = run_module("cifar10_estimator.distributed.local_cluster",
                         launcher_flags + ["--"] + trainer_flags + SMALL_MODEL, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[launcher] done" in result.stdout + result.stderr
+    assert '"evaluator": ["127.0.0.1:' in result.stdout
     steps = [int(name.split("-")[1].split(".")[0]) for name in os.listdir(str(job_dir))
              if re.match(r"model\.ckpt-\d+\.index$", name)]
     assert max(steps) >= 4
-    assert (job_dir / "test_results.json").exists()  # the evaluator's last word
+    # The chief, which ends the TFJob (and so the evaluator) by its exit, read the
+    # evaluator's final result before it exited: the test evaluation of the final checkpoint.
+    with open(str(job_dir / report.TEST_RESULTS_FILENAME)) as stream:
+        results = json.load(stream)
+    assert results["global_step"] >= 4
+    chief_lines = [line for line in result.stdout.splitlines() if line.startswith("[chief] ")]
+    assert any(line.startswith("[chief] Training done; waiting up to 600 s "
+                               "(--evaluator-wait-secs) for the evaluator's final result")
+               for line in chief_lines), chief_lines
+    assert "[chief] The evaluator's final result: %s" % report.test_accuracy_line(
+        results) in chief_lines, chief_lines

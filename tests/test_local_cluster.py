@@ -33,6 +33,18 @@ def test_cluster_lists_ps_chief_and_workers_on_localhost():
         "ps": ["127.0.0.1:2001"], "chief": ["127.0.0.1:2002"]}
 
 
+def test_in_the_operators_shape_the_cluster_lists_the_evaluator_too():
+    spec = local_cluster.make_cluster(1, 1, [1001, 1002, 1003, 1004], with_evaluator=True)
+    assert spec == {"ps": ["127.0.0.1:1001"], "chief": ["127.0.0.1:1002"],
+                    "worker": ["127.0.0.1:1003"], "evaluator": ["127.0.0.1:1004"]}
+    for task in local_cluster.cluster_tasks(num_ps=1, num_workers=1):
+        text = local_cluster.tf_config(spec, task, local_cluster.OPERATOR_ENVIRONMENT)
+        assert json.loads(text)["environment"] == "cloud"
+        parsed = cluster.task_from_tf_config(text)
+        assert (parsed.task_type, parsed.task_index, parsed.cluster) == (
+            task.task_type, task.task_index, spec)
+
+
 def test_every_task_gets_a_tf_config_the_trainer_accepts_naming_that_task():
     spec = local_cluster.make_cluster(2, 2, local_cluster.free_ports(5))
     for task in local_cluster.cluster_tasks(num_ps=2, num_workers=2):

@@ -11,7 +11,10 @@ evaluator --evaluator-gpus (none by default: it evaluates on the CPU). Their out
 the task's name in front ([chief] ..., [worker0] ...). The launcher waits for the chief and
 the workers, gives the evaluator --evaluator-grace-secs to evaluate the final checkpoint,
 then stops the ps tasks, which never exit by themselves. When a task fails, the launcher
-stops the others and exits with status 1, naming the task.
+stops the others and exits with status 1, naming the task. With --tf-config-shape
+operator each TF_CONFIG has the shape Kubeflow's training operator gives a TFJob's
+replicas, the evaluator in its cluster, and the chief then waits for the evaluator's
+final result before it exits, as it would in the TFJob.
 """
 
 import dataclasses
@@ -39,7 +42,15 @@ POLL_SECS = 0.2
 STOP_GRACE_SECS = 10
 # The evaluator takes up the final checkpoint within seconds of its writing, once any
 # evaluation under way ended; then come its evaluation, exports and the test evaluation.
-EVALUATOR_GRACE_SECS = 600
+EVALUATOR_GRACE_SECS = trainer_flags.FINAL_EVALUATION_SECS
+# The shapes of TF_CONFIG the launcher writes (--tf-config-shape). tf.estimator's leaves
+# the evaluator, which serves nothing, out of "cluster"; Kubeflow's training operator (v1)
+# lists every task there, the evaluator too, and adds "environment": "cloud", which
+# nothing reads. A chief that sees the evaluator in "cluster" waits for its final result
+# before it exits (evaluator_wait).
+ESTIMATOR_SHAPE = "estimator"
+OPERATOR_SHAPE = "operator"
+OPERATOR_ENVIRONMENT = "cloud"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -98,35 +109,44 @@ def free_ports(count):
             sock.close()
 
 
-def make_cluster(num_ps, num_workers, ports):
-    """The TF_CONFIG "cluster": job -> ['127.0.0.1:port'], for num_ps + 1 + num_workers ports.
+def make_cluster(num_ps, num_workers, ports, with_evaluator=False):
+    """The TF_CONFIG "cluster": job -> ['127.0.0.1:port'], for num_ps + 1 + num_workers
+    ports, and one more for the evaluator `with_evaluator` (the operator's shape).
 
-    The evaluator is not part of it: it only reads checkpoints.
+    In tf.estimator's shape the evaluator is not part of it: it only reads checkpoints.
     """
-    if len(ports) != num_ps + 1 + num_workers:
-        raise ValueError("need %d ports, got %d" % (num_ps + 1 + num_workers, len(ports)))
+    num_tasks = num_ps + 1 + num_workers + (1 if with_evaluator else 0)
+    if len(ports) != num_tasks:
+        raise ValueError("need %d ports, got %d" % (num_tasks, len(ports)))
     addresses = ["%s:%d" % (HOST, port) for port in ports]
     spec = {cluster.PS: addresses[:num_ps], cluster.CHIEF: addresses[num_ps:num_ps + 1]}
     if num_workers:
-        spec[cluster.WORKER] = addresses[num_ps + 1:]
+        spec[cluster.WORKER] = addresses[num_ps + 1:num_ps + 1 + num_workers]
+    if with_evaluator:
+        spec[cluster.EVALUATOR] = addresses[-1:]
     return spec
 
 
-def tf_config(cluster_spec, task):
-    """The TF_CONFIG value (JSON) of `task` in `cluster_spec`."""
-    return json.dumps({"cluster": cluster_spec,
-                       "task": {"type": task.task_type, "index": task.task_index}})
+def tf_config(cluster_spec, task, environment=None):
+    """The TF_CONFIG value (JSON) of `task` in `cluster_spec`, with its "environment"
+    where one is given (OPERATOR_ENVIRONMENT)."""
+    config = {"cluster": cluster_spec,
+              "task": {"type": task.task_type, "index": task.task_index}}
+    if environment is not None:
+        config["environment"] = environment
+    return json.dumps(config)
 
 
 def trainer_command(trainer_args):
     return [sys.executable, "-u", "-m", TRAINER_MODULE] + list(trainer_args)
 
 
-def task_environment(cluster_spec, task, base_environment=None, gpus=None):
-    """Environment of a task: TF_CONFIG, this copy of the package first on the path
-    (cli.child_environment), and where `gpus` is given, CUDA_VISIBLE_DEVICES naming them
-    (task_gpus; '' for none)."""
-    variables = {"TF_CONFIG": tf_config(cluster_spec, task)}
+def task_environment(cluster_spec, task, base_environment=None, gpus=None,
+                     tf_config_environment=None):
+    """Environment of a task: TF_CONFIG (with tf_config_environment as its "environment"
+    where given), this copy of the package first on the path (cli.child_environment), and
+    where `gpus` is given, CUDA_VISIBLE_DEVICES naming them (task_gpus; '' for none)."""
+    variables = {"TF_CONFIG": tf_config(cluster_spec, task, tf_config_environment)}
     if gpus is not None:
         variables[gpu_devices.CUDA_VISIBLE_DEVICES] = gpus
     return cli.child_environment(variables, base=base_environment)
@@ -326,12 +346,22 @@ class LauncherOptions:
         "stopped (default %d). It starts on that checkpoint within seconds, whatever "
         "--eval-every-secs says, once an evaluation under way ended." % EVALUATOR_GRACE_SECS,
         type=positive_float, metavar="S")
+    tf_config_shape: str = option(
+        ESTIMATOR_SHAPE,
+        "How each task's TF_CONFIG lists the cluster: %s (default), as tf.estimator's "
+        "documentation writes it, the evaluator outside \"cluster\"; or %s, as Kubeflow's "
+        "training operator writes it for a TFJob, every task in \"cluster\", the evaluator "
+        "too, and \"environment\": \"%s\". There the chief waits for the evaluator's "
+        "final result before it exits (the trainer's --evaluator-wait-secs)."
+        % (ESTIMATOR_SHAPE, OPERATOR_SHAPE, OPERATOR_ENVIRONMENT),
+        choices=[ESTIMATOR_SHAPE, OPERATOR_SHAPE])
 
 
 def build_parser():
     parser = ArgumentParser(
-        usage="%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--evaluator-gpus N] "
-              "[--timeout-secs S] [--evaluator-grace-secs S] -- TRAINER FLAGS",
+        usage="%%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--evaluator-gpus N] "
+              "[--timeout-secs S] [--evaluator-grace-secs S] [--tf-config-shape {%s,%s}] "
+              "-- TRAINER FLAGS" % (ESTIMATOR_SHAPE, OPERATOR_SHAPE),
         description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
                     "processes on 127.0.0.1, each `python -m %s TRAINER FLAGS`." % TRAINER_MODULE)
     add_options(parser, option_fields(LauncherOptions))
@@ -369,20 +399,30 @@ def validate_trainer_flags(trainer_args, task=None, whose=""):
     return settings
 
 
+def cluster_of(options):
+    """The TF_CONFIG "cluster" of the launcher's options on free ports, and the
+    "environment" its --tf-config-shape writes beside it (None: none)."""
+    operator_shape = options.tf_config_shape == OPERATOR_SHAPE
+    with_evaluator = options.evaluator and operator_shape
+    num_tasks = options.num_ps + 1 + options.num_workers + (1 if with_evaluator else 0)
+    spec = make_cluster(options.num_ps, options.num_workers, free_ports(num_tasks),
+                        with_evaluator)
+    return spec, OPERATOR_ENVIRONMENT if operator_shape else None
+
+
 def main(argv):
     launcher_argv, trainer_args = split_argv(argv)
     args = parse(build_parser(), LauncherOptions, launcher_argv)
     num_gpus = validate_trainer_flags(trainer_args).num_gpus
     tasks = cluster_tasks(args.num_ps, args.num_workers, args.evaluator)
-    cluster_spec = make_cluster(args.num_ps, args.num_workers,
-                                free_ports(args.num_ps + 1 + args.num_workers))
+    cluster_spec, environment = cluster_of(args)
     args_of = {task: trainer_args for task in tasks}
     if args.evaluator:
         evaluator = Task(cluster.EVALUATOR)
         args_of[evaluator] = evaluator_args(trainer_args, num_gpus, args.evaluator_gpus)
         validate_trainer_flags(
             args_of[evaluator],
-            cluster.task_from_tf_config(tf_config(cluster_spec, evaluator)),
+            cluster.task_from_tf_config(tf_config(cluster_spec, evaluator, environment)),
             " for the evaluator on %s" % ("%d GPUs (--evaluator-gpus)" % args.evaluator_gpus
                                           if args.evaluator_gpus else
                                           "the CPU (--evaluator-gpus N gives it GPUs)"))
@@ -392,14 +432,16 @@ def main(argv):
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     local_cluster = LocalCluster()
-    local_cluster.log("cluster %s" % json.dumps(cluster_spec))
+    local_cluster.log("cluster %s%s" % (json.dumps(cluster_spec), "" if environment is None
+                                        else ', environment "%s"' % environment))
     if num_gpus:
         local_cluster.log("GPUs (CUDA_VISIBLE_DEVICES): %s" % ", ".join(
             "%s %s" % (task.name, gpus[task] or "none") for task in tasks))
     try:
         for task in tasks:
             local_cluster.start(task, trainer_command(args_of[task]),
-                                task_environment(cluster_spec, task, gpus=gpus[task]))
+                                task_environment(cluster_spec, task, gpus=gpus[task],
+                                                 tf_config_environment=environment))
     except BaseException:
         local_cluster.stop()
         raise
