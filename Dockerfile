@@ -43,7 +43,6 @@ COPY . /src
 RUN python3 -m venv "$VIRTUAL_ENV" \
     && SETUPTOOLS_USE_DISTUTILS=local \
        pip install --no-cache-dir --use-pep517 "/src${EXTRAS:+[$EXTRAS]}" \
-    && install -m 755 /src/container/cuda_libraries.py "$VIRTUAL_ENV/bin/cifar10-cuda-libraries" \
     && rm -rf /src
 
 VOLUME ["/data", "/job", "/cuda-cache"]

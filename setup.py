@@ -63,6 +63,7 @@ setup(
         "cifar10-benchmark=cifar10_estimator.benchmarks.suite:console_main",
         "cifar10-curves=cifar10_estimator.curves.plot:console_main",
         "cifar10-gpu-check=cifar10_estimator.machine.gpu_check:console_main",
+        "cifar10-cuda-libraries=cifar10_estimator.machine.cuda_libraries:console_main",
     ]},
     classifiers=[
         "Programming Language :: Python :: 3.9",

@@ -9,10 +9,11 @@
 #          commands, then 50 steps of ResNet-8 into a job dir mounted from the host, stopped
 #          with `stop` once step 10 is logged (exit 143, the step saved), then run again to
 #          resume it and finish; prints each step's time and exit status
-#   cuda   in the image: cifar10-cuda-libraries, which opens each CUDA library TensorFlow
-#          opens, as TensorFlow does, and holds their versions against its wheels and build;
-#          passes when every one opens and agrees (the GPU image; on a host without a GPU
-#          the driver's libcuda.so.1 is missing, as it should be)
+#   cuda   in the image: cifar10-cuda-libraries (cifar10_estimator.machine.cuda_libraries),
+#          which opens each CUDA library TensorFlow opens, as TensorFlow does, and holds
+#          their versions against its wheels and build; passes when every one opens and
+#          agrees (the GPU image; on a host without a GPU the driver's libcuda.so.1 is
+#          missing, as it should be)
 #
 # Environment (the defaults suit a usual Docker or Podman):
 #   CONTAINER_ENGINE         docker or podman (default: podman where installed, else docker)
@@ -116,7 +117,7 @@ case "${1:-all}" in
   smoke) smoke ;;
   cuda) cuda ;;
   all) build; smoke ;;
-  -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "error: unknown command $1 (build, smoke, cuda, or none for build and smoke;" \
           "see --help)" >&2; exit 2 ;;
 esac

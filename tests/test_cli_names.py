@@ -21,6 +21,7 @@ COMMANDS = [
     ("cifar10-benchmark", "cifar10_estimator.benchmarks"),
     ("cifar10-curves", "cifar10_estimator.curves"),
     ("cifar10-gpu-check", "cifar10_estimator.machine.gpu_check"),
+    ("cifar10-cuda-libraries", "cifar10_estimator.machine.cuda_libraries"),
 ]
 
 

@@ -1,24 +1,20 @@
 """The container image: what the Dockerfile promises, and (where asked) its build and a
 training in it, stopped and resumed, by scripts/container.sh with Docker or Podman; and the
-GPU image's CUDA libraries, opened as TensorFlow opens them (container/cuda_libraries.py)."""
+GPU image's CUDA libraries, opened as TensorFlow opens them (the check of every library,
+cifar10_estimator.machine.cuda_libraries, whose run without the GPU wheels
+tests/test_cuda_libraries.py tests)."""
 
-import importlib.metadata
 import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from cli_helpers import REPO_ROOT, cli_env
+from cli_helpers import REPO_ROOT
+from test_cuda_libraries import CUDA_LIBRARY_NAMES, cuda_library_lines
 
 CONTAINER_SH = os.path.join(REPO_ROOT, "scripts", "container.sh")
-CUDA_LIBRARIES = os.path.join(REPO_ROOT, "container", "cuda_libraries.py")
-# What TensorFlow 2.15's CUDA build opens (or, cuRAND, its and-cuda extra brings), by the
-# names cuda_libraries.py prints them under.
-CUDA_LIBRARY_NAMES = ("cudart", "cublas", "cublasLt", "cufft", "curand", "cusolver", "cusparse",
-                      "cudnn", "nccl")
 
 
 def read(path):
@@ -58,50 +54,19 @@ def test_the_image_shows_the_nvidia_runtime_every_gpu_and_keeps_compiled_kernels
     assert int(environment["CUDA_CACHE_MAXSIZE"]) == 4 * 2 ** 30
 
 
-def test_the_build_context_holds_what_setup_py_reads_and_the_cuda_check_and_no_more():
+def test_the_build_context_holds_what_setup_py_reads_and_no_more():
     lines = [line for line in read(".dockerignore").splitlines() if not line.startswith("#")]
     assert lines[0] == "*"  # nothing but what is named after it
     kept = [line[1:] for line in lines if line.startswith("!")]
     setup_py = read("setup.py")
     for name in ("README.md", "requirements.txt"):
         assert name in setup_py and name in kept
-    assert kept == ["setup.py", "requirements.txt", "README.md", "cifar10_estimator",
-                    "container/cuda_libraries.py"]
-    assert "/src/container/cuda_libraries.py \"$VIRTUAL_ENV/bin/cifar10-cuda-libraries\"" in (
-        read("Dockerfile"))
-
-
-def cuda_library_lines(output):
-    """{library name: its line} of cuda_libraries.py's output."""
-    return {line.split()[0]: line for line in output.splitlines()
-            if line.split() and line.split()[0] in CUDA_LIBRARY_NAMES + ("cuda",)}
-
-
-def gpu_wheels_installed():
-    try:
-        importlib.metadata.version("nvidia-cuda-runtime-cu12")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(gpu_wheels_installed(), reason="TensorFlow's CUDA wheels are installed "
-                    "here: the GPU image's test (CIFAR10_CONTAINER_TEST=1 CONTAINER_EXTRAS=gpu) "
-                    "covers the check where they are")
-def test_the_cuda_check_finds_no_cuda_library_without_the_gpu_wheels():
-    # This machine's virtualenv has TensorFlow without NVIDIA's wheels: TensorFlow's own
-    # loader, asked for each library, opens none.
-    result = subprocess.run([sys.executable, CUDA_LIBRARIES], env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            universal_newlines=True, timeout=300)
-    assert result.returncode == 1, result.stdout + result.stderr
-    lines = cuda_library_lines(result.stdout)
-    assert result.stdout.startswith("TensorFlow 2.15")
-    for name in CUDA_LIBRARY_NAMES:
-        assert re.match(r"%s +missing: TensorFlow's loader cannot open it, and nvidia-\S+-cu12 "
-                        r"is not installed$" % name, lines[name])
-    assert lines["cuda"].startswith("cuda      missing: libcuda.so.1, the NVIDIA driver's")
-    assert result.stdout.splitlines()[-1].startswith("not every CUDA library TensorFlow opens")
+    assert kept == ["setup.py", "requirements.txt", "README.md", "cifar10_estimator"]
+    # The check of the CUDA libraries that `scripts/container.sh cuda` runs in the image: a
+    # console command of the package, in the virtualenv's bin/ with the others.
+    assert ('"cifar10-cuda-libraries=cifar10_estimator.machine.cuda_libraries:console_main"'
+            in setup_py)
+    assert "--entrypoint cifar10-cuda-libraries" in read("scripts/container.sh")
 
 
 def engine():

@@ -304,10 +304,10 @@ def this_machine():
     # Starts them, so that the sessions after it find them started as set, and the
     # memory statistics read them.
     tf.config.list_logical_devices("GPU")
-    built_for, cudnn = cuda_libraries.tensorflow_cudnn()
-    return Machine(tf.version.VERSION, dict(tf.sysconfig.get_build_info()), gpus, built_for,
-                   cudnn, tf.config.experimental.tensor_float_32_execution_enabled(),
-                   driver_version())
+    build = cuda_libraries.tensorflow_build()
+    built_for, cudnn = cuda_libraries.tensorflow_cudnn(build)
+    return Machine(build.version, build.build_info, gpus, built_for, cudnn,
+                   tf.config.experimental.tensor_float_32_execution_enabled(), driver_version())
 
 
 def session_config(num_gpus, num_cpu_towers):
