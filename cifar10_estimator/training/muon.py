@@ -53,17 +53,16 @@ def _matrix_shape(kernel_shape):
     return int(math.prod(int(size) for size in kernel_shape)) // filters, filters
 
 
-def orthogonalised(matrices, steps=NEWTON_SCHULZ_STEPS):
-    """`matrices` [..., m, n], each with its singular values brought near 1 (its nearest
-    semi-orthogonal matrix, approximately) by `steps` of the quintic Newton-Schulz
-    iteration; a batch of matrices of one shape goes through one product per step."""
+def orthogonalised(matrix, steps=NEWTON_SCHULZ_STEPS):
+    """`matrix` [m, n] with its singular values brought near 1 (its nearest semi-orthogonal
+    matrix, approximately) by `steps` of the quintic Newton-Schulz iteration."""
     a, b, c = NEWTON_SCHULZ_COEFFICIENTS
     # The iteration's products are the smaller side squared: the Gram matrix of the
     # smaller side, multiplied on that side. Taken by the matrix products' own transpose
     # flags rather than by transposing the matrix (oneDNN's transposes of these small
     # matrices took 4 ms of a 100-ms step on a Zen 4).
-    tall = matrices.shape[-2] > matrices.shape[-1]
-    x = matrices / (tf.norm(matrices, axis=[-2, -1], keepdims=True) + 1e-7)
+    tall = matrix.shape[0] > matrix.shape[1]
+    x = matrix / (tf.norm(matrix) + 1e-7)
     for _ in range(steps):
         if tall:  # X <- a X + X (b A + c A A), A = X^T X
             gram = tf.matmul(x, x, transpose_a=True)
@@ -106,39 +105,18 @@ class KernelMomenta:
                 # flag (and a checkpoint trained without it restores here).
                 _zeros_like(kernel, MOMENTUM_OPTIMIZER_SLOT)
 
-    def update(self, gradients_and_kernels):
-        """Ops: each kernel's momentum and weights moved by its gradient, for (gradient,
-        kernel) pairs of `gradients_and_kernels`. Kernels of one matrix shape on one
-        device are orthogonalised together, a batch per product: ResNet-14's 13 kernels
-        have 6 shapes, and a product of small matrices costs mostly its overhead."""
-        groups = {}
-        for gradient, kernel in gradients_and_kernels:
-            key = (_matrix_shape(kernel.shape), kernel.device)
-            groups.setdefault(key, []).append((gradient, kernel))
-        updates = []
-        for ((rows, filters), device), group in groups.items():
-            with tf.device(device):
-                nesterovs = [tf.reshape(self._nesterov(gradient, kernel), [rows, filters])
-                             for gradient, kernel in group]
-                directions = tf.unstack(orthogonalised(tf.stack(nesterovs)))
-            updates += [self._step(kernel, direction) for (_, kernel), direction
-                        in zip(group, directions)]
-        return updates
-
-    def _nesterov(self, gradient, kernel):
-        """The kernel's momentum moved by `gradient`; returns the Nesterov direction."""
+    def update(self, gradient, kernel):
+        """Op: `kernel`'s momentum and weights moved by `gradient`."""
         momentum_variable = self._momenta[kernel.ref()]
         with tf.compat.v1.colocate_with(kernel):
             momentum = momentum_variable.assign(self._momentum * momentum_variable + gradient)
-            return gradient + self._momentum * momentum
-
-    def _step(self, kernel, direction):
-        """Op: `kernel` at its held norm, moved by R_t x the orthogonal `direction`."""
-        with tf.compat.v1.colocate_with(kernel):
-            filters = int(kernel.shape[-1])
+            nesterov = gradient + self._momentum * momentum
+            rows, filters = _matrix_shape(kernel.shape)
+            direction = tf.reshape(
+                orthogonalised(tf.reshape(nesterov, [rows, filters])), kernel.shape)
             weights = kernel.read_value()
             held = weights * (math.sqrt(filters) / (tf.norm(weights) + 1e-12))
-            return kernel.assign(held - self._rate * tf.reshape(direction, kernel.shape))
+            return kernel.assign(held - self._rate * direction)
 
     def optional_variables(self):
         """The momenta as a checkpoint may lack them: each then starts at zero."""
@@ -163,11 +141,11 @@ class MuonOptimizer(optimizer_wrapper.OptimizerWrapper):
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         kernels = {kernel.ref() for kernel in self._momenta.kernels}
-        muon_pairs, others = [], []
+        updates, others = [], []
         for gradient, variable in grads_and_vars:
             if gradient is not None and variable.ref() in kernels:
-                muon_pairs.append((gradient, variable))
+                updates.append(self._momenta.update(gradient, variable))
             else:
                 others.append((gradient, variable))
-        with tf.control_dependencies(self._momenta.update(muon_pairs)):
+        with tf.control_dependencies(updates):
             return self._optimizer.apply_gradients(others, global_step, name)
