@@ -115,6 +115,8 @@ def test_the_check_trains_the_multi_tower_model_on_logical_cpu_devices_here():
     assert report.startswith("# GPU check of cifar10_estimator\n\n    python -m %s --num-layers "
                              "8 --batch-size-per-tower 2 --warmup-steps 1 --steps 2\n" % MODULE)
     assert "TensorFlow 2.15" in report
+    # fp32, as the trainer takes it: TF32 off before the first session.
+    assert "TF32 (float32 products and convolutions on Ampere and later): off." in report
     assert "GPUs TensorFlow sees: none. This check trains on 2 logical CPU devices" in report
     assert ("Training: the trainer's model_fn, ResNet-8, fp32, channels_last, variables on the "
             "CPU, synthetic batches of 2 per tower; steps: 1 warm-up, then 2 timed.") in report

@@ -383,6 +383,10 @@ def main(argv):
     options = cli.parse(build_parser(), GpuCheckOptions, argv)
     cli.quiet_tensorflow_logs("1", "ERROR")
     from cifar10_estimator import model_fn  # lazy: loads TensorFlow, once its logs are quiet
+    from cifar10_estimator.training import mixed_precision
+    # As the trainer does: fp32 is float32 throughout, tf32 asks for TF32 (the report's
+    # TF32 line reads the switch after this).
+    mixed_precision.apply_tensor_float_32(precision.policy(options.precision))
     machine = this_machine()
     on_gpus = bool(machine.gpus)
     batch = options.batch_size_per_tower or (
