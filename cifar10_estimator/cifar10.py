@@ -47,7 +47,6 @@ _MAX_RECORDS_PER_FILE = 1 << 31
 _READ_BUFFER_BYTES = 8 << 20
 
 
-
 @dataclasses.dataclass(frozen=True)
 class InputParallelism:
     """How many batches a pipeline assembles at once and keeps ready: input_parallelism's

@@ -311,12 +311,13 @@ def this_machine():
 
 
 def session_config(num_gpus, num_cpu_towers):
-    """The trainer's session options (main.make_run_config) for `num_gpus` GPUs, or for
-    `num_cpu_towers` logical CPU devices where num_gpus is 0."""
+    """The trainer's session options for `num_gpus` GPUs, taken as main.make_run_config
+    takes them (gpu_devices.take_gpus), or for `num_cpu_towers` logical CPU devices where
+    num_gpus is 0."""
     import tensorflow as tf  # lazy: keeps --help and flag errors fast
-    config = tf.compat.v1.ConfigProto(
-        allow_soft_placement=True,
-        gpu_options=tf.compat.v1.GPUOptions(force_gpu_compatible=True, allow_growth=True))
+    from cifar10_estimator.machine import gpu_devices
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    gpu_devices.take_gpus(config, num_gpus)
     if num_gpus == 0:
         config.device_count["CPU"] = num_cpu_towers
     return config
@@ -328,9 +329,10 @@ def placements(run_metadata):
             for node in graph.node}
 
 
-def train(layout, hparams, warmup_steps, steps):
+def train(layout, hparams, warmup_steps, steps, num_visible_gpus=0):
     """A TrainingRun of the trainer's model_fn on `layout`'s towers (model_fn.TowerLayout),
-    on one synthetic batch of hparams.train_batch_size split over them."""
+    on one synthetic batch of hparams.train_batch_size split over them; its session sees
+    the check's num_visible_gpus GPUs, the same in every run of the process."""
     import tensorflow as tf  # lazy: keeps --help and flag errors fast
     from cifar10_estimator import input_fn, model_fn
     num_gpus = sum(_device_type(device) == "GPU" for device in layout.devices)
@@ -343,7 +345,8 @@ def train(layout, hparams, warmup_steps, steps):
         train_op = model_fn.make_model_fn(layout, hparams)(
             features, labels, tf.estimator.ModeKeys.TRAIN, None).train_op
         requested = {op.name: (op.type, op.device) for op in graph.get_operations()}
-        with tf.compat.v1.Session(config=session_config(num_gpus, layout.num_towers)) as session:
+        with tf.compat.v1.Session(
+                config=session_config(num_visible_gpus, layout.num_towers)) as session:
             session.run([tf.compat.v1.global_variables_initializer(),
                          tf.compat.v1.local_variables_initializer()])
             for gpu in gpus:
@@ -403,7 +406,8 @@ def main(argv):
              options.warmup_steps, steps), flush=True)
     runs = [train(layout, job_hparams.HParams(
         num_layers=options.num_layers, precision=options.precision,
-        train_batch_size=batch * layout.num_towers), options.warmup_steps, steps)
+        train_batch_size=batch * layout.num_towers), options.warmup_steps, steps,
+        len(machine.gpus))
         for layout in layouts]
     print("\n".join(runs_lines(runs, on_gpus)), flush=True)
 
