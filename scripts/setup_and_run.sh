@@ -208,9 +208,9 @@ if [ -z "$why" ]; then
   else
     set -- --num-gpus 0 --recipe quick
     echo "No GPU found: training the quick recipe (ResNet-14, 20 epochs; about ten minutes on" \
-         "2 CPU cores). For the budget recipe's 30 epochs: bash scripts/setup_and_run.sh --" \
-         "--num-gpus 0 --recipe budget; for the tutorial's schedule: bash scripts/setup_and_run.sh" \
-         "-- --num-gpus 0" >&2
+         "2 CPU cores). For the most accuracy in half an hour (ResNet-20, 40 epochs): bash" \
+         "scripts/setup_and_run.sh -- --num-gpus 0 --recipe long; for the tutorial's schedule:" \
+         "bash scripts/setup_and_run.sh -- --num-gpus 0" >&2
   fi
 fi
 exec "$python" -m cifar10_estimator.main --data-dir "$data_dir" --job-dir "$job_dir" "$@"

@@ -204,7 +204,7 @@ def test_without_a_gpu_the_one_command_trains_the_quick_recipe_and_says_so(tmp_p
         process.wait()
     text = "".join(seen)
     assert "No GPU found: training the quick recipe" in text, text[-3000:]
-    assert "bash scripts/setup_and_run.sh -- --num-gpus 0 --recipe budget" in text
+    assert "bash scripts/setup_and_run.sh -- --num-gpus 0 --recipe long" in text
     assert "for the tutorial's schedule: bash scripts/setup_and_run.sh -- --num-gpus 0" in text
     # 20 epochs of 2000 images at 64 a step (31 whole steps an epoch).
     assert "Recipe quick. Training to step 620 (20.0 epochs of 2000 examples" in text, text[-3000:]
