@@ -527,11 +527,11 @@ TFLOP_FIGURE = re.compile(r"(\d+(?:\.(\d+))?) TFLOP\b")
 def tflop_problems(page, table):
     """Where a row of a results table (marked_table's rows, header first) prints a training
     TFLOP other than the trainer's count for its command, at the precision printed: the
-    plan line's (model_fn.training_compute) for the row's trainer flags (the code spans of
+    plan line's (compute_accounting.training_compute) for the row's trainer flags (the code spans of
     its first cell that start with --) on the images it says it trains on."""
     import shlex
+    from cifar10_estimator import compute_accounting
     from cifar10_estimator import flags
-    from cifar10_estimator import model_fn
     problems = []
     for number, cells in table[1:]:
         row = " | ".join(cells)
@@ -546,7 +546,7 @@ def tflop_problems(page, table):
             flags.parse(shlex.split(trainer_flags) + ["--job-dir", "unused"]).hparams,
             num_train_examples=int(images.group(1)))
         counted = "%.*f" % (len(figure.group(2) or ""),
-                            model_fn.training_compute(hparams).flops() / 1e12)
+                            compute_accounting.training_compute(hparams).flops() / 1e12)
         if counted != figure.group(1):
             problems.append("%s:%d: %s on %s images prints %s TFLOP; the trainer counts %s"
                             % (page, number, trainer_flags, images.group(1), figure.group(1),
