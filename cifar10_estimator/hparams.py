@@ -36,7 +36,7 @@ HPARAMS_FORMAT = "cifar10_estimator.hparams/2"
 # The format of the file of one run, which earlier versions wrote: read as that run.
 SINGLE_RUN_FORMAT = "cifar10_estimator.hparams/1"
 
-# Which trainable variables weight decay pulls towards 0 (model_fn.decayed_variables).
+# Which trainable variables weight decay pulls towards 0 (training.losses.decayed_variables).
 WEIGHT_DECAY_SCOPES = ("all", "kernels")
 # Smallest --low-resolution: the last stage, at a quarter of the side, still sees 2x2.
 MIN_LOW_RESOLUTION = 8

@@ -261,6 +261,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
       run_faults.TrainingDiverged: the training loss became NaN or infinite.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
+    from cifar10_estimator import compute_accounting
     from cifar10_estimator import model_fn
     from cifar10_estimator.machine import step_speeds
     from cifar10_estimator.training import compute_timer
@@ -282,7 +283,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
                                         starting_values(settings, task)),
         config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
-    timer = compute_timer.ComputeTimer(model_fn.training_compute(hparams))
+    timer = compute_timer.ComputeTimer(compute_accounting.training_compute(hparams))
     train_spec = make_train_spec(settings, task, signals, progress, timer)
     eval_spec = make_eval_spec(settings, signals, progress)
     # A signal during the start-up (the precision probe, the graph) stops the run here.
@@ -457,9 +458,9 @@ def make_train_spec(settings, task, signals, progress, timer):
 
 def evaluation_plan(settings, run_config, relative_cost):
     """The training.time_to_go.EvaluationPlan of a run on one machine."""
-    from cifar10_estimator import model_fn
+    from cifar10_estimator.training import evaluation_views
     from cifar10_estimator.training import time_to_go
-    views_per_image = model_fn.num_views(settings.hparams)
+    views_per_image = evaluation_views.EvaluationViews.from_hparams(settings.hparams).count
     subset = flags.periodic_eval_subset(settings)
     periodic_images = flags.eval_steps(settings, subset) * settings.eval_batch_size
     test_images = flags.eval_steps(settings, "eval") * settings.eval_batch_size
@@ -511,11 +512,11 @@ def log_schedule(hparams, changes=()):
     line), and the flags `changes` (hparams.changed_flags) since the job's last run; warn
     if the rate never drops."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator import model_fn
+    from cifar10_estimator import compute_accounting
     from cifar10_estimator.training import console
     console.console_logger().info(
         "Recipe %s. %s; %s %s%s", hparams.recipe, schedule.describe(hparams),
-        model_fn.training_compute(hparams).plan_text(),
+        compute_accounting.training_compute(hparams).plan_text(),
         precision.policy(hparams.precision).plan_text(),
         "; changed since the job's last run: %s" % ", ".join(changes) if changes else "")
     warning = schedule.never_drops_warning(hparams)
@@ -532,8 +533,8 @@ def make_eval_spec(settings, signals, progress=None):
     in the original, and no best export is kept: never select a model on test data.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator import model_fn
     from cifar10_estimator.training import console
+    from cifar10_estimator.training import evaluation_views
     from cifar10_estimator.training import progress as run_progress
     from cifar10_estimator.training import stop_signals
     subset = flags.periodic_eval_subset(settings)
@@ -541,7 +542,8 @@ def make_eval_spec(settings, signals, progress=None):
     hooks = [stop_signals.StopEvaluationHook(signals, settings.job_dir)]
     if progress is not None:
         hooks.append(run_progress.EvaluationTimer(
-            progress, settings.eval_batch_size * model_fn.num_views(settings.hparams)))
+            progress, settings.eval_batch_size
+            * evaluation_views.EvaluationViews.from_hparams(settings.hparams).count))
     if subset == "validation":
         name = evaluation_dirs.VALIDATION_EVAL_NAME
     else:

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_model
+from cifar10_estimator import compute_accounting
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import model_fn
 from cifar10_estimator import report
 from cifar10_estimator.benchmarks import flops as profiled
 from cifar10_estimator.machine import cpu_peak
@@ -54,7 +54,7 @@ def test_an_example_costs_what_tensorflows_profiler_counts_in_the_training_graph
 def test_the_sprint_and_quick_recipes_train_with_94_and_107_tflop():
     # ResNet-14: 160.2 MFLOP an example at 32 pixels; the sprint recipe on all 50000
     # training images, the quick one on the 45000-image split.
-    sprint = model_fn.training_compute(recipe_hparams("sprint", 50000))
+    sprint = compute_accounting.training_compute(recipe_hparams("sprint", 50000))
     assert [(phase.image_side, phase.first_step, phase.end_step) for phase in sprint.phases] == [
         (16, 0, 2730), (24, 2730, 5460), (32, 5460, 7800)]
     assert [sprint.examples(phase) for phase in sprint.phases] == [349440, 349440, 299520]
@@ -62,9 +62,9 @@ def test_the_sprint_and_quick_recipes_train_with_94_and_107_tflop():
     assert sprint.flops() / 1e12 == pytest.approx(93.8, abs=0.05)
     assert sprint.plan_text() == (
         "93.8 TFLOP of training (14.2 on 16-pixel images, 31.6 on 24, 48.0 on 32)")
-    quick = model_fn.training_compute(recipe_hparams("quick", 45000))
+    quick = compute_accounting.training_compute(recipe_hparams("quick", 45000))
     assert quick.flops() / 1e12 == pytest.approx(106.5, abs=0.05)
-    assert model_fn.training_compute(recipe_hparams("paper", 45000)).plan_text() == (
+    assert compute_accounting.training_compute(recipe_hparams("paper", 45000)).plan_text() == (
         "2008.4 TFLOP of training")
 
 
@@ -72,7 +72,7 @@ def test_the_flops_of_steps_add_up_to_the_phases_and_the_run():
     hparams = job_hparams.HParams(num_layers=8, train_batch_size=10, num_train_examples=100,
                                   train_epochs=4, low_resolution_epochs=1,
                                   lower_resolution_epochs=1, lower_resolution=12)
-    run = model_fn.training_compute(hparams)
+    run = compute_accounting.training_compute(hparams)
     assert [(phase.image_side, phase.end_step) for phase in run.phases] == [
         (12, 10), (24, 20), (32, 40)]
     per_step = [run.flops(step, step + 1) for step in range(40)]
@@ -84,12 +84,12 @@ def test_the_flops_of_steps_add_up_to_the_phases_and_the_run():
 
 def test_the_examples_a_phase_trains_are_counted_in_one_place(monkeypatch):
     hparams = job_hparams.HParams(num_layers=8, train_steps=10)
-    whole = model_fn.training_compute(hparams).flops()
+    whole = compute_accounting.training_compute(hparams).flops()
     # What an option training on half of each batch would change.
     counted = compute.examples_trained
     monkeypatch.setattr(compute, "examples_trained",
                         lambda *arguments: counted(*arguments) // 2)
-    halved = model_fn.training_compute(hparams)
+    halved = compute_accounting.training_compute(hparams)
     assert halved.flops() == pytest.approx(whole / 2)
     assert halved.flops(0, 1) == pytest.approx(whole / 20)
 
@@ -168,7 +168,7 @@ def test_the_timer_adds_up_the_steps_time_and_flops_leaving_out_checkpoints_and_
         tmp_path):
     hparams = job_hparams.HParams(num_layers=8, train_batch_size=10, train_steps=20)
     clock = FakeClock()
-    timer = compute_timer.ComputeTimer(model_fn.training_compute(hparams), clock)
+    timer = compute_timer.ComputeTimer(compute_accounting.training_compute(hparams), clock)
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
         with tf.control_dependencies([tf.numpy_function(
@@ -197,7 +197,7 @@ class FinishedTimer:
 
 
 def test_the_record_sets_the_rate_against_the_peak_of_the_precision_trained_in():
-    run = model_fn.training_compute(recipe_hparams("sprint", 50000))
+    run = compute_accounting.training_compute(recipe_hparams("sprint", 50000))
     timer = FinishedTimer(run, 175e9 * 536, 536.0)
     on_bf16 = compute.record(run, timer, "bf16", zen4())
     assert on_bf16["tflop"] == pytest.approx(93.8, abs=0.05)
@@ -223,7 +223,7 @@ def test_the_record_sets_the_rate_against_the_peak_of_the_precision_trained_in()
 
 def test_a_runs_plan_line_summary_and_results_show_its_compute(trained_job):
     hparams = job_hparams.load(trained_job.job_dir)
-    expected = model_fn.training_compute(hparams)
+    expected = compute_accounting.training_compute(hparams)
     plan = [line for line in trained_job.result.stderr.splitlines()
             if line.startswith("Recipe ")]
     assert len(plan) == 1 and plan[0].endswith("; %s %s" % (

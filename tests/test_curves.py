@@ -8,8 +8,8 @@ import shutil
 import pytest
 from PIL import Image
 
+from cifar10_estimator import compute_accounting
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator import model_fn
 from cifar10_estimator import report
 from cifar10_estimator.curves import plot, runs
 from cifar10_estimator.errors import Cifar10EstimatorError
@@ -209,7 +209,7 @@ def test_minutes_count_from_the_runs_start_to_each_evaluation_and_the_test_resul
 def test_tflop_are_the_training_compute_to_each_evaluation_as_the_trainer_counts_it(
         trained_job, tmp_path):
     run = runs.read_run(trained_job.job_dir)
-    training_compute = model_fn.training_compute(run.hparams)
+    training_compute = compute_accounting.training_compute(run.hparams)
     # trained_job: evaluated at steps 5 and 10 of its 10.
     tflop = [training_compute.flops(0, 5) / 1e12, training_compute.flops() / 1e12]
     assert [value for value, _ in run.accuracy_tflop] == tflop

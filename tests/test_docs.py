@@ -667,21 +667,21 @@ TFLOP_FIGURE = re.compile(r"(\d+(?:\.(\d+))?) TFLOP\b")
 
 
 def counted_tflop(trainer_flags, images, decimals):
-    """The training TFLOP the trainer's plan line (model_fn.training_compute) counts for
-    `trainer_flags` on `images` training images, with `decimals` decimals."""
+    """The training TFLOP the trainer's plan line (compute_accounting.training_compute)
+    counts for `trainer_flags` on `images` training images, with `decimals` decimals."""
+    from cifar10_estimator import compute_accounting
     from cifar10_estimator import flags
-    from cifar10_estimator import model_fn
     hparams = dataclasses.replace(
         flags.parse(shlex.split(trainer_flags) + ["--job-dir", "unused"]).hparams,
         num_train_examples=images)
-    return "%.*f" % (decimals, model_fn.training_compute(hparams).flops() / 1e12)
+    return "%.*f" % (decimals, compute_accounting.training_compute(hparams).flops() / 1e12)
 
 
 def tflop_problems(page, table):
     """Where a row of a results table (marked_table's rows, header first) prints a training
     TFLOP other than the trainer's count for its command, at the precision printed: the
-    plan line's (model_fn.training_compute) for the row's trainer flags (the code spans of
-    its first cell that start with --) on the images it says it trains on."""
+    plan line's (compute_accounting.training_compute) for the row's trainer flags (the code
+    spans of its first cell that start with --) on the images it says it trains on."""
     problems = []
     for number, cells in table[1:]:
         row = " | ".join(cells)

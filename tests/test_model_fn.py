@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10, cifar10_model, input_fn, model_fn
-from cifar10_estimator.training import precision
+from cifar10_estimator.training import area_resize, losses, precision, schedule
 from cifar10_estimator.distributed import local_cluster
 
 
@@ -301,7 +301,7 @@ def test_tower_loss_is_cross_entropy_plus_weight_decay_of_every_trainable_variab
 def test_kernels_scope_decays_the_convolution_and_dense_kernels_only():
     hparams = job_hparams.HParams(num_layers=8, weight_decay=0.01, weight_decay_scope="kernels")
     tower = resnet8_tower_loss(
-        hparams, lambda trainable: model_fn.decayed_variables(trainable, "kernels"))
+        hparams, lambda trainable: losses.decayed_variables(trainable, "kernels"))
     names = tower.decayed
     # Every convolution's kernel and the dense one; no gamma, beta or bias.
     assert names == sorted(name for name in tower.trainable if name.endswith("/kernel"))
@@ -314,7 +314,7 @@ def test_kernels_scope_decays_the_convolution_and_dense_kernels_only():
 
 def test_an_unknown_weight_decay_scope_is_refused():
     with pytest.raises(ValueError, match="biases"):
-        model_fn.decayed_variables([], "biases")
+        losses.decayed_variables([], "biases")
 
 
 def test_a_global_step_is_every_workers_batch_with_sync_and_one_batch_without():
@@ -481,7 +481,7 @@ def test_label_smoothing_spreads_over_the_10_classes_and_never_targets_the_11th_
     labels_value = np.array([0, 9, 4])
     with tf.Graph().as_default():
         logits = tf.constant(logits_value)
-        loss = model_fn.mean_cross_entropy(tf.constant(labels_value), logits, label_smoothing)
+        loss = losses.mean_cross_entropy(tf.constant(labels_value), logits, label_smoothing)
         # d loss / d logits = (softmax - target) / N: the targets the loss trains towards.
         (gradient,) = tf.gradients(loss, [logits])
         with tf.compat.v1.Session() as session:
@@ -650,10 +650,12 @@ def test_shift_learning_rate_factor_multiplies_the_batch_norm_shift_gradients_al
 
 
 def training_images_at_steps(images, hparams, steps):
-    """{global step: what model_fn._training_resolution makes of `images` at that step}."""
+    """{global step: what area_resize.phase_images makes of `images` at that step, in the
+    image-size phases of `hparams`}."""
     with tf.Graph().as_default():
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        trained_on = model_fn._training_resolution(tf.constant(images), hparams)
+        trained_on = area_resize.phase_images(tf.constant(images),
+                                              schedule.resolution_phases(hparams), global_step)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             outputs = {}
@@ -696,4 +698,5 @@ def test_lower_resolution_images_come_first_then_the_low_resolution_ones_then_th
 
 def test_without_low_resolution_epochs_the_training_images_are_left_alone():
     images = tf.zeros([2, 32, 32, 3])
-    assert model_fn._training_resolution(images, job_hparams.HParams()) is images
+    assert area_resize.phase_images(
+        images, schedule.resolution_phases(job_hparams.HParams()), None) is images

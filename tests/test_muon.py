@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_model
+from cifar10_estimator import compute_accounting
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import model_fn
 from cifar10_estimator.training import muon, schedule
@@ -58,8 +59,8 @@ def test_the_update_flops_are_those_of_the_products_counted_by_hand():
     # 2 x 64 x 64 x 576 twice and 2 x 64^3 once.
     assert muon.step_flops([(3, 3, 64, 64)]) == 5 * (4 * 64 * 64 * 576 + 2 * 64 ** 3)
     hparams = job_hparams.HParams(num_layers=14, train_batch_size=128)
-    plain = model_fn.training_compute(hparams).flops()
-    with_muon = model_fn.training_compute(
+    plain = compute_accounting.training_compute(hparams).flops()
+    with_muon = compute_accounting.training_compute(
         job_hparams.HParams(num_layers=14, train_batch_size=128, muon_learning_rate=0.2))
     shapes = cifar10_model.kernel_shapes(14)
     assert len(shapes) == 13 and shapes[-1] == (3, 3, 64, 64)
@@ -78,7 +79,7 @@ def test_a_kernel_keeps_its_norm_and_moves_by_an_orthogonal_step_the_rest_by_mom
         inputs = tf.constant(np.random.default_rng(2).normal(size=(4, 6, 6, 8)), tf.float32)
         outputs = tf.nn.conv2d(inputs, kernel, 1, "SAME") + bias
         loss = tf.reduce_mean(tf.square(outputs - 1.0))
-        momenta = muon.KernelMomenta([kernel, bias], momentum, tf.constant(rate))
+        momenta = muon.KernelMomenta([kernel, bias], momentum, tf.constant(rate), "Momentum")
         optimizer = muon.MuonOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(0.5), momenta)
         gradients = optimizer.compute_gradients(loss)
@@ -97,6 +98,41 @@ def test_a_kernel_keeps_its_norm_and_moves_by_an_orthogonal_step_the_rest_by_mom
     values = singular_values(((held - after) / rate).reshape(72, 16))
     assert 0.5 < values.min() and values.max() < 1.3, values
     assert np.linalg.norm(after) == pytest.approx(4.0, rel=0.1)
+
+
+def resnet8_training_graph(**fields):
+    """The graph of the model_fn's training step of ResNet-8 with the HParams `fields`."""
+    graph = tf.Graph()
+    with graph.as_default():
+        hparams = job_hparams.HParams(num_layers=8, train_batch_size=2, **fields)
+        model_fn.make_model_fn(model_fn.TowerLayout.for_devices(num_gpus=0), hparams)(
+            [tf.zeros([2, 32, 32, 3])], [tf.constant([1, 2])], tf.estimator.ModeKeys.TRAIN,
+            None)
+    return graph
+
+
+def test_a_checkpoint_of_a_run_with_muon_restores_into_one_without_it(tmp_path):
+    # Muon keeps the kernels' momentum slots under the momentum optimizer's name
+    # (optimizer_stack.MOMENTUM_OPTIMIZER_NAME): a run without Muon finds each there.
+    with resnet8_training_graph(muon_learning_rate=0.05).as_default():
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            checkpoint = tf.compat.v1.train.Saver().save(session, str(tmp_path / "muon.ckpt"))
+    saved = dict(tf.train.list_variables(checkpoint))
+    with resnet8_training_graph().as_default():
+        variables = {variable.op.name: variable.shape.as_list()
+                     for variable in tf.compat.v1.global_variables()}
+        with tf.compat.v1.Session() as session:
+            # A Saver of every variable of the run: any the checkpoint lacks fails here.
+            tf.compat.v1.train.Saver().restore(session, checkpoint)
+    kernels = [name for name, shape in variables.items()
+               if name.endswith("/kernel") and len(shape) == 4]
+    assert len(kernels) == len(cifar10_model.kernel_shapes(8))
+    # The checkpoints' names of the slots, VAR/Momentum, as every earlier job wrote them.
+    assert all(saved[kernel + "/Momentum"] == variables[kernel] for kernel in kernels)
+    # Beyond the run's variables the checkpoint holds Muon's momenta alone.
+    assert sorted(set(saved) - set(variables)) == sorted(
+        kernel + MOMENTUM_SUFFIX for kernel in kernels)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ share of the CPU's peak in the step's compute precision (machine/cpu_peak, the c
 named). The rounds' spread is printed beside each: read a difference smaller than it as
 none. --muon-learning-rates times each size's step with the kernels updated by Muon at
 each rate (0: the recipe's own update), its orthogonalisations counted in the FLOPs as
-the trainer counts them (model_fn.update_flops_per_example).
+the trainer counts them (compute_accounting.update_flops_per_example).
 """
 
 import dataclasses
@@ -95,13 +95,13 @@ def _contenders(args):
 
 def rows(args, results, peak_gflops):
     """The table's rows from {StepProfileOptions: Contender of seconds a round}."""
-    from cifar10_estimator import model_fn  # lazy: it loads TensorFlow
+    from cifar10_estimator import compute_accounting  # lazy: it loads TensorFlow
     table = []
     for profile, contender in results.items():
         side, batch_size = profile.image_size, profile.batch_size
         examples_per_sec = [args.steps * batch_size / secs for secs in contender.measurements]
         flops = (cifar10_model.training_flops_per_example(args.num_layers, side)
-                 + model_fn.update_flops_per_example(step_profile.hparams_of(profile)))
+                 + compute_accounting.update_flops_per_example(step_profile.hparams_of(profile)))
         gflops = statistics.median(examples_per_sec) * flops / 1e9
         table.append([
             side, batch_size, "%g" % profile.muon_learning_rate if profile.muon_learning_rate

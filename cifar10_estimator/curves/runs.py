@@ -77,8 +77,8 @@ def read_run(job_dir):
     hparams, data_format = job_hparams.load_record(job_dir)
     epochs_per_step = hparams.examples_per_global_step / hparams.num_train_examples
     evaluated_on, evaluations = _evaluations_during_training(job_dir)
-    from cifar10_estimator import model_fn  # lazy: keeps curves' --help and errors fast
-    training_compute = model_fn.training_compute(hparams)
+    from cifar10_estimator import compute_accounting  # lazy: keeps curves' --help fast
+    training_compute = compute_accounting.training_compute(hparams)
     rates = _scalar_by_step(job_dir, LEARNING_RATE_TAG)
     start = _start_time(job_dir, job_hparams.load_runs(job_dir)[0])
     test_path = os.path.join(job_dir, report.TEST_RESULTS_FILENAME)

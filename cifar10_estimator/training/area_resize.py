@@ -28,3 +28,18 @@ def area_resize(images, side):
     height, width = images.shape[1], images.shape[2]
     return tf.einsum("hi,nijc,wj->nhwc", tf.constant(area_weights(height, side)), images,
                      tf.constant(area_weights(width, side)))
+
+
+def phase_images(images, phases, global_step):
+    """The training `images` area-resized to the side of the phase of `phases`
+    ([(side, end step)], schedule.resolution_phases') the global step is in, else (after
+    them) as they are. Read from the global step, the switches hold across restarts."""
+    trained_on = images
+    # From the last phase back: each phase's images where the step is below its end,
+    # else those of the phases after it.
+    for side, end in reversed(phases):
+        trained_on = tf.cond(
+            global_step < end,
+            lambda side=side: area_resize(images, side),
+            lambda later=trained_on: later)
+    return trained_on

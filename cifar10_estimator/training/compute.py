@@ -3,9 +3,9 @@ its steps reached.
 
 A phase's FLOPs are the examples it trains (`examples_trained`, the one place that says
 how many) times the training FLOPs of one example at its image size, which the trainer
-counts from the network's shapes (model_fn.training_compute). The plan line gives the
-total before training (`TrainingCompute.plan_text`); compute_timer.ComputeTimer times the
-training steps a process runs and adds up their FLOPs, for the GFLOP/s that
+counts from the network's shapes (compute_accounting.training_compute). The plan line
+gives the total before training (`TrainingCompute.plan_text`); compute_timer.ComputeTimer
+times the training steps a process runs and adds up their FLOPs, for the GFLOP/s that
 test_results.json keeps with the total (`record`) and the closing summary gives
 (`summary_lines`). Unlike a time, the compute is the same on every machine: recipes
 measured on different CPUs compare on it (`python -m cifar10_estimator.curves --x-axis

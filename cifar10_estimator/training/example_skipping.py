@@ -119,3 +119,27 @@ def kept_multiple(batch_size):
     """What a step's kept count is rounded up to: an eighth of a batch of `batch_size`
     (None: unknown), at least 1 and at most MAX_KEPT_MULTIPLE."""
     return max(1, min(MAX_KEPT_MULTIPLE, (batch_size or 8 * MAX_KEPT_MULTIPLE) // 8))
+
+
+def chosen_examples(features, labels, skipping):
+    """The training shards cut to the examples `skipping` (a LearnedExampleSkipping)
+    trains this step.
+
+    Args:
+      features: per tower a dict of "images" and their "example_indices" (the training
+        input_fn's with_example_indices).
+      labels: per tower the labels [B].
+
+    Returns:
+      (image shards, label shards): per tower the chosen images, and a dict of their
+      "labels", "example_indices" and "loss_weights" (losses.skipped_examples_loss's).
+    """
+    global_step = tf.compat.v1.train.get_global_step()
+    image_shards, label_shards = [], []
+    for shard, shard_labels in zip(features, labels):
+        positions, weights = skipping.choose(shard["example_indices"], global_step)
+        image_shards.append(tf.gather(shard["images"], positions))
+        label_shards.append({"labels": tf.gather(shard_labels, positions),
+                             "example_indices": tf.gather(shard["example_indices"], positions),
+                             "loss_weights": weights})
+    return image_shards, label_shards

@@ -20,10 +20,11 @@ momentum optimizer as without the flag. The kernels' weight decay stays in their
 gradient; with their norm held, it no longer shrinks them.
 
 Checkpoints hold the momenta (VAR/Muon), and the momentum optimizer's slots of the kernels
-(VAR/Momentum) as they were. A checkpoint without the momenta (trained without the flag)
-starts each at zero when training continues with the flag; training without the flag
-ignores them, and goes on from the slots as they were. Each step's orthogonalisation costs FLOPs of its own, per step rather
-than per example (`step_flops`), which the trainer adds to the run's compute.
+(VAR/Momentum, under the name optimizer_stack gives it) as they were. A checkpoint without
+the momenta (trained without the flag) starts each at zero when training continues with
+the flag; training without the flag ignores them, and goes on from the slots as they were.
+Each step's orthogonalisation costs FLOPs of its own, per step rather than per example
+(`step_flops`), which the trainer adds to the run's compute.
 """
 
 import math
@@ -35,8 +36,6 @@ from cifar10_estimator.training import optimizer_wrapper
 
 # The name of every momentum under its kernel's.
 MOMENTUM_NAME = "Muon"
-# The slot MomentumOptimizer keeps under each variable it updates.
-MOMENTUM_OPTIMIZER_SLOT = "Momentum"
 # Jordan et al.'s quintic iteration: X <- a X + (b A + c A A) X with A = X X^T.
 NEWTON_SCHULZ_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 NEWTON_SCHULZ_STEPS = 5
@@ -87,11 +86,13 @@ def step_flops(kernel_shapes, steps=NEWTON_SCHULZ_STEPS):
 class KernelMomenta:
     """The Muon momenta of the convolution kernels among `variables`, and their update."""
 
-    def __init__(self, variables, momentum, rate):
+    def __init__(self, variables, momentum, rate, momentum_optimizer_name):
         """Args:
           variables: the trainable variables; the kernels among them get a momentum.
           momentum: m, in [0, 1).
           rate: the step's rate R_t, a scalar tensor.
+          momentum_optimizer_name: the name of the momentum optimizer that updates the
+            other variables, so of its slots (optimizer_stack.MOMENTUM_OPTIMIZER_NAME).
         """
         self.kernels = [variable for variable in variables if is_kernel(variable)]
         self._momentum = momentum
@@ -103,7 +104,7 @@ class KernelMomenta:
                 # The momentum optimizer's slot of the kernel, which it no longer updates,
                 # kept in checkpoints as it stands, so that the job can go on without the
                 # flag (and a checkpoint trained without it restores here).
-                _zeros_like(kernel, MOMENTUM_OPTIMIZER_SLOT)
+                _zeros_like(kernel, momentum_optimizer_name)
 
     def update(self, gradient, kernel):
         """Op: `kernel`'s momentum and weights moved by `gradient`."""
