@@ -19,11 +19,12 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def invoked_program():
     """The program as the user typed it, for usage lines and error messages.
 
-    `python -m cifar10_estimator.main` when run as a module, the console command's
-    name (`cifar10-train`) when run through one, `python scripts/x.py` for a script.
+    `python -m cifar10_estimator.main` when run as a module (a tool of the checkout's
+    too: `python -m tools.step_rates`), the console command's name (`cifar10-train`) when
+    run through one, `python scripts/x.py` for a script.
     """
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if main_spec is not None and main_spec.name.startswith("cifar10_estimator"):
+    if main_spec is not None:
         module = main_spec.name
         if module.endswith(".__main__"):
             module = module[:-len(".__main__")]

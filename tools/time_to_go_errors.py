@@ -1,6 +1,6 @@
 """How close a finished run's time to go came, from its log.
 
-    python -m cifar10_estimator.benchmarks.time_to_go_errors JOB [JOB ...]
+    python -m tools.time_to_go_errors JOB [JOB ...]
         [--at 20 50 70 90]
 
 For each percentage of the steps, the first progress line at or past it in JOB/train.log

@@ -1,6 +1,6 @@
 """Where a training step's time goes, by op type, from TensorFlow's own step statistics.
 
-    python -m cifar10_estimator.benchmarks.step_profile [--num-layers 20] [--precision bf16]
+    python -m tools.step_profile [--num-layers 20] [--precision bf16]
         [--batch-size 64] [--steps 20] [--recipe quick] [--image-size 16] [--convolutions]
         [--muon-learning-rate 0.06]
 

@@ -1,6 +1,6 @@
 """How much of the CPU's peak a training step reaches, per image size and batch size.
 
-    python -m cifar10_estimator.benchmarks.step_rates [--num-layers 14] [--precision fp32]
+    python -m tools.step_rates [--num-layers 14] [--precision fp32]
         [--recipe sprint] [--image-sizes 16 24 32] [--batch-sizes 64 128] [--steps 20]
         [--rounds 3] [--muon-learning-rates 0 0.06]
 
@@ -24,10 +24,11 @@ import time
 
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cli
-from cifar10_estimator.benchmarks import step_profile
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.training import precision as precisions
 from cifar10_estimator.training import recipes
+
+from tools import step_profile
 
 
 @dataclasses.dataclass(frozen=True)
