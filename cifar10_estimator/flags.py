@@ -28,11 +28,11 @@ from cifar10_estimator.cli import (ArgumentParser, non_negative_int, option, par
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-from cifar10_estimator.training import console
-from cifar10_estimator.training import evaluation_dirs
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import recipes
-from cifar10_estimator.training import schedule
+from cifar10_estimator.run import console
+from cifar10_estimator.run import evaluation_dirs
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import recipes
+from cifar10_estimator.settings import schedule
 
 # --eval-shifts: the furthest test-time shift, in pixels, of a 32x32 image.
 MAX_EVAL_SHIFT = 8

@@ -27,9 +27,9 @@ from cifar10_estimator.cli import (below_one, between_zero_and_one, flag_of,
                                    option_fields, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import recipes
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import recipes
+from cifar10_estimator.settings import schedule
 
 HPARAMS_FILENAME = "hparams.json"
 HPARAMS_FORMAT = "cifar10_estimator.hparams/2"
@@ -118,7 +118,7 @@ class HParams:
                "whitening initialisation); the original starts them at random.",
         group="model", action="store_true")
 
-    # The run's length and the learning rate over it (training.schedule reads them).
+    # The run's length and the learning rate over it (settings.schedule reads them).
     train_steps: typing.Optional[int] = option(
         None, "Global step at which training stops (default: the tutorial's %d). The "
               "learning rate drops at epochs %s whatever this is, unless "

@@ -27,13 +27,13 @@ from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import lookahead
 from cifar10_estimator.training import mixed_precision
 from cifar10_estimator.training import muon
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import progress as run_progress
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import precision
+from cifar10_estimator.run import progress as run_progress
+from cifar10_estimator.settings import schedule
 from cifar10_estimator.training import weight_averaging
 
 LOSS_LOG_EVERY_N_STEPS = 100
-# The progress is reported this often; the console decides what it shows (training.console).
+# The progress is reported this often; the console decides what it shows (run.console).
 PROGRESS_LOG_EVERY_N_STEPS = 10
 EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
 NUM_SUMMARY_IMAGES = 3
@@ -538,7 +538,7 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
     Args:
       layout: TowerLayout, the towers and variable placement.
       hparams: HParams.
-      progress: the run's training.time_to_go.RunProgress, for training to log where it is
+      progress: the run's run.time_to_go.RunProgress, for training to log where it is
         and when it ends; None logs no progress.
       starting_values: {variable name: numpy array}, names as the checkpoints hold them
         (e.g. resnet/conv2d/kernel, see NETWORK_SCOPE): where a job's training starts

@@ -510,7 +510,7 @@ def test_every_figure_of_the_readmes_results_is_in_the_manuals_summary_for_its_c
 
 
 def test_the_readmes_results_have_a_row_per_recipe():
-    from cifar10_estimator.training import recipes
+    from cifar10_estimator.settings import recipes
     named = [re.fullmatch(r"--recipe (\w+)", command_key(cells)[0])
              for _, cells in marked_table(RESULTS_PAGE, RESULTS_BEGIN, RESULTS_END)[1:]]
     assert all(named), "each row of the README's results is one `--recipe NAME`"

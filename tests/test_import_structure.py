@@ -191,11 +191,11 @@ def test_nothing_imports_main():
 # The flag layer: the options' declarations, the parser and its checks, which the commands
 # run before TensorFlow loads.
 FLAG_LAYER = [PACKAGE + "." + name for name in (
-    "cli", "hparams", "flags", "training.recipes", "training.schedule")]
+    "cli", "hparams", "flags", "settings.recipes", "settings.schedule")]
 # And the modules that are arithmetic or files: the time to go (its hooks are apart, in
-# training.progress) and the file plumbing, which loads TensorFlow for a URL only.
+# run.progress) and the file plumbing, which loads TensorFlow for a URL only.
 WITHOUT_TENSORFLOW = FLAG_LAYER + [PACKAGE + "." + name for name in (
-    "files", "training.time_to_go")]
+    "files", "run.time_to_go")]
 FACTS = PACKAGE + ".data.cifar10_facts"
 DATA_SET = PACKAGE + ".cifar10"
 

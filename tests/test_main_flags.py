@@ -10,13 +10,13 @@ import pytest
 import tensorflow as tf
 
 import cifar_archives
-from cifar10_estimator.distributed import cluster
 from cifar10_estimator import cifar10_model, cli, flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
-from cifar10_estimator.training import recipes
-from cifar10_estimator.training import schedule
+from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import UsageError
+from cifar10_estimator.settings import recipes
+from cifar10_estimator.settings import schedule
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
 MODULE = "cifar10_estimator.main"

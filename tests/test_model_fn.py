@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10, cifar10_model, input_fn, model_fn
-from cifar10_estimator.training import precision
+from cifar10_estimator.settings import precision
 from cifar10_estimator.distributed import local_cluster
 
 

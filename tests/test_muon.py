@@ -11,7 +11,8 @@ import tensorflow as tf
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import model_fn
-from cifar10_estimator.training import muon, schedule
+from cifar10_estimator.training import muon
+from cifar10_estimator.settings import schedule
 
 from small_jobs import checkpoint_values, train
 

@@ -8,7 +8,7 @@ import pytest
 
 from cifar10_estimator import flags, main
 from cifar10_estimator.machine import hardware, precision_speed
-from cifar10_estimator.training import precision
+from cifar10_estimator.settings import precision
 from cli_helpers import run_module
 
 BF16 = precision.policy("bf16")

@@ -1,5 +1,5 @@
 """What a run's steps took at each image size is kept per machine and rates the next run's
-phases (machine/step_speeds.py, training/time_to_go.py, main.make_run_progress)."""
+phases (machine/step_speeds.py, run/time_to_go.py, main.make_run_progress)."""
 
 import json
 import logging
@@ -9,7 +9,7 @@ import pytest
 
 from cifar10_estimator import flags, main
 from cifar10_estimator.machine import precision_speed, step_speeds
-from cifar10_estimator.training import time_to_go
+from cifar10_estimator.run import time_to_go
 
 from test_time_to_go import recipe_hparams, started_progress, train_steady
 

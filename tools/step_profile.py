@@ -38,7 +38,7 @@ from cifar10_estimator import cli
 from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.data import cifar10_facts
-from cifar10_estimator.training import recipes
+from cifar10_estimator.settings import recipes
 
 IMAGE_SIDE = cifar10_facts.HEIGHT
 # Steps the profiled graph trains for: more than any profile runs, so the rate schedule

@@ -25,8 +25,8 @@ import time
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cli
 from cifar10_estimator.machine import alternating_rounds
-from cifar10_estimator.training import precision as precisions
-from cifar10_estimator.training import recipes
+from cifar10_estimator.settings import precision as precisions
+from cifar10_estimator.settings import recipes
 
 from tools import step_profile
 

@@ -21,9 +21,9 @@ from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import console
-from cifar10_estimator.training import schedule
-from cifar10_estimator.training import time_to_go
+from cifar10_estimator.run import console
+from cifar10_estimator.run import time_to_go
+from cifar10_estimator.settings import schedule
 
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+:tensorflow:(.*)$")
 PROGRESS = re.compile(r"^step (\d+)/(\d+) \(\d+ %\), [\d.]+ examples/sec, (about .+) to go$")

@@ -22,7 +22,7 @@ from cifar10_estimator.errors import UsageError
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import evaluate
 from cifar10_estimator.serving import options as shared
-from cifar10_estimator.training import precision
+from cifar10_estimator.settings import precision
 
 
 @dataclasses.dataclass(frozen=True)

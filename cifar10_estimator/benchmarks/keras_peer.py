@@ -33,7 +33,7 @@ from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import cli
 from cifar10_estimator.hparams import DEFAULTS, HParams
-from cifar10_estimator.training import schedule as run_schedule
+from cifar10_estimator.settings import schedule as run_schedule
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
 # The trainer's --precision values Keras has a policy for.

@@ -344,7 +344,7 @@ def flops_section(mode):
 def precisions_measured():
     """{precision: 'measured' or why not} for the precisions beyond fp32."""
     from cifar10_estimator.machine import hardware
-    from cifar10_estimator.training import precision
+    from cifar10_estimator.settings import precision
 
     cpu_flags, onednn_enabled = hardware.cpu_flags(), hardware.onednn_enabled()
     bf16_reason = precision.unsupported_reason(

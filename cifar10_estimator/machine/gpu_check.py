@@ -24,7 +24,7 @@ import cifar10_estimator
 from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.machine import cuda_libraries
-from cifar10_estimator.training import precision
+from cifar10_estimator.settings import precision
 
 
 # Timed steps on GPUs; without a GPU, a batch and a number of timed steps that make the

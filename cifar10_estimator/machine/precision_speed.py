@@ -85,7 +85,7 @@ def measured_speeds(precision_policy, make_probe=None):
     key = machine_key()
     speeds = machines.get(key, {})
     if precision_policy.name not in speeds or "fp32" not in speeds:
-        from cifar10_estimator.training import precision
+        from cifar10_estimator.settings import precision
         speeds = _measure_alternately([precision.policy("fp32"), precision_policy],
                                       make_probe or TrainingProbe)
         speeds["measured"] = datetime.date.today().isoformat()
@@ -110,7 +110,7 @@ def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None,
       make_probe: as for measured_speeds.
       gpu_compute_capabilities: (major, minor) of each GPU used.
     """
-    from cifar10_estimator.training import precision
+    from cifar10_estimator.settings import precision
     prefix = "--precision %s: " % precision.AUTO
     if num_gpus:
         name, why = precision.auto_on_gpus(gpu_compute_capabilities)

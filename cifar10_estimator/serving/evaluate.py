@@ -68,7 +68,7 @@ def build_parser():
 def resolve_checkpoint(job_dir, checkpoint=None):
     """The checkpoint prefix to evaluate: `checkpoint`, or the newest in job_dir that reads.
 
-    Where newer ones do not read (training.damaged_checkpoints), one line on stderr names
+    Where newer ones do not read (run.damaged_checkpoints), one line on stderr names
     them and the one evaluated instead; the job dir is left as it is.
 
     Args:
@@ -80,7 +80,7 @@ def resolve_checkpoint(job_dir, checkpoint=None):
       Cifar10EstimatorError: there is no such checkpoint, or it (every one) cannot be read.
     """
     import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
-    from cifar10_estimator.training import damaged_checkpoints
+    from cifar10_estimator.run import damaged_checkpoints
     if checkpoint is None or tf.io.gfile.isdir(checkpoint):
         directory = job_dir if checkpoint is None else checkpoint
         newest = damaged_checkpoints.newest_readable(directory)

@@ -133,7 +133,7 @@ class RunConsole:
                 self._console.write_line(line)
 
     def show_progress(self, line, fraction_done):
-        """Show a progress line (training.time_to_go.progress_line) at fraction_done of the
+        """Show a progress line (run.time_to_go.progress_line) at fraction_done of the
         steps: redrawn in place on a terminal, else at the cadence the module describes.
         The log file gets it at the same cadence as a file console."""
         self._console.show_progress(line, fraction_done, self._file)
