@@ -1,6 +1,6 @@
 """The training job's hyper-parameters, each declared once, and job-dir/hparams.json.
 
-Each field of HParams that is an option (cli.option) is a trainer flag: its default,
+Each field of HParams that is an option (cli.options.option) is a trainer flag: its default,
 type or check, help and --help group are written here, once, and the trainer's parser
 (flags.build_parser), hparams.json, the recipes and the manual's flag table read them;
 the depth's rule (num_units_per_stage) is here too, for flags.validate and the model.
@@ -22,9 +22,9 @@ import time
 import typing
 
 from cifar10_estimator import files
-from cifar10_estimator.cli import (below_one, between_zero_and_one, flag_of,
-                                   non_negative_float, non_negative_int, option,
-                                   option_fields, positive_float, positive_int)
+from cifar10_estimator.cli.options import (below_one, between_zero_and_one, flag_of,
+                                           non_negative_float, non_negative_int, option,
+                                           option_fields, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.settings import precision

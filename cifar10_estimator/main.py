@@ -30,8 +30,8 @@ from cifar10_estimator.run import evaluation_dirs
 from cifar10_estimator.run import job_dir_lock
 from cifar10_estimator.settings import precision
 from cifar10_estimator.settings import schedule
-from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
-from cifar10_estimator.cli import stderr_held_for_the_log
+from cifar10_estimator.cli.command import (invoked_program, run_command,
+                                           stderr_dropped_on_user_error, stderr_held_for_the_log)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster

@@ -191,7 +191,7 @@ def test_nothing_imports_main():
 # The flag layer: the options' declarations, the parser and its checks, which the commands
 # run before TensorFlow loads.
 FLAG_LAYER = [PACKAGE + "." + name for name in (
-    "cli", "hparams", "flags", "settings.recipes", "settings.schedule")]
+    "cli.options", "cli.command", "hparams", "flags", "settings.recipes", "settings.schedule")]
 # And the modules that are arithmetic or files: the time to go (its hooks are apart, in
 # run.progress) and the file plumbing, which loads TensorFlow for a URL only.
 WITHOUT_TENSORFLOW = FLAG_LAYER + [PACKAGE + "." + name for name in (
