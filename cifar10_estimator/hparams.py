@@ -313,7 +313,7 @@ class HParams:
 DEFAULTS = HParams()
 
 
-class LayerConfig:
+class ConfigFromHParams:
     """Base of the config a layer takes whole: cifar10_model.ModelConfig (the network),
     cifar10.AugmentationConfig (the training crops) and model_fn.OptimisationConfig (the
     loss and the update).

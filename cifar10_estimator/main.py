@@ -240,7 +240,7 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
 def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     """Build the Estimator from resolved settings and run tf.estimator.train_and_evaluate.
 
-    An evaluator task runs checkpoint_evaluation.evaluate_until_final instead, which
+    An evaluator task runs evaluator.evaluate_until_final instead, which
     evaluates the final checkpoint as soon as it is written; where this process ran the
     final evaluation, it then evaluates that checkpoint once on the test set. A chief
     whose cluster lists the evaluator then waits for that (distributed.evaluator_wait).
@@ -288,9 +288,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     # A signal during the start-up (the precision probe, the graph) stops the run here.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
     if task and task.task_type == cluster.EVALUATOR:
-        from cifar10_estimator import checkpoint_evaluation
-        metrics = checkpoint_evaluation.evaluate_until_final(estimator, eval_spec, last_step,
-                                                             signals)
+        from cifar10_estimator import evaluator
+        metrics = evaluator.evaluate_until_final(estimator, eval_spec, last_step, signals)
     else:
         result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
         metrics = result[0] if result else None
@@ -618,13 +617,13 @@ def evaluate_and_export_latest(estimator, eval_spec):
       The metrics (dict), or None where there is no checkpoint.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator import checkpoint_evaluation
+    from cifar10_estimator import evaluator
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:
         return None
     tf.compat.v1.logging.info("Evaluating %s, the final checkpoint", checkpoint)
-    return checkpoint_evaluation.evaluate_and_export(estimator, eval_spec, checkpoint,
-                                                    is_the_final_export=True)
+    return evaluator.evaluate_and_export(estimator, eval_spec, checkpoint,
+                                         is_the_final_export=True)
 
 
 def _exit_with_error(message):

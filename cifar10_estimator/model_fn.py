@@ -103,7 +103,7 @@ class TowerLayout:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimisationConfig(job_hparams.LayerConfig):
+class OptimisationConfig(job_hparams.ConfigFromHParams):
     """What a training step minimises and how it updates the weights, handed whole to
     the tower's loss and to the optimizer; make_model_fn builds it from its HParams.
     Each field is the trainer flag of its name (hparams.HParams).

@@ -181,14 +181,14 @@ def main(argv):
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    from cifar10_estimator.benchmarks import markdown
+    from cifar10_estimator.benchmarks import suite_report
 
     json_path = os.path.join(args.output_dir, JSON_FILENAME)
     markdown_path = os.path.join(args.output_dir, MARKDOWN_FILENAME)
     files.write_json(json_path, results)
     with files.written_whole(markdown_path) as temporary, open(temporary, "w") as stream:
-        stream.write(markdown.markdown(results))
-    print(markdown.summary(results))
+        stream.write(suite_report.markdown(results))
+    print(suite_report.summary(results))
     print("wrote %s and %s" % (json_path, markdown_path))
 
 
