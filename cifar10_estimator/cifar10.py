@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10_estimator.data import tfrecord_format
-from cifar10_estimator.hparams import DEFAULTS, LayerConfig
+from cifar10_estimator.hparams import ConfigFromHParams, DEFAULTS
 # CIFAR-10's facts and the crops' padding, which every module after the TFRecords takes
 # from here.
 from cifar10_estimator.data.cifar10_facts import (  # noqa: F401
@@ -76,7 +76,7 @@ def input_parallelism(num_gpus):
 
 
 @dataclasses.dataclass(frozen=True)
-class AugmentationConfig(LayerConfig):
+class AugmentationConfig(ConfigFromHParams):
     """How training images are cropped and flipped, handed whole to Cifar10DataSet; the
     trainer builds it once from its HParams (from_hparams). The defaults are the
     original's augmentation.

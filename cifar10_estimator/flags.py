@@ -2,7 +2,7 @@
 
     python -m cifar10_estimator.main --data-dir DATA --job-dir JOB --num-gpus 0
 
-Each option is declared once, as a field (cli.option) with its default, type or check,
+Each option is declared once, as a field (cli.options.option) with its default, type or check,
 help and --help group: the hyper-parameters in hparams.HParams (recorded in
 hparams.json), the other options of a run in Settings below. The parser, the recipes
 and the manual's flag table (`python -m cifar10_estimator.flags --markdown`) all read
@@ -20,19 +20,20 @@ import logging
 import sys
 import typing
 
-from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
-from cifar10_estimator.cli import (ArgumentParser, non_negative_int, option, parse_bool,
-                                   positive_int)
+from cifar10_estimator.cli import markdown, options, tensorflow_logs
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, flag_of, non_negative_int,
+                                           option, parse_bool, parse_options, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-from cifar10_estimator.training import console
-from cifar10_estimator.training import evaluation_dirs
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import recipes
-from cifar10_estimator.training import schedule
+from cifar10_estimator.run import console
+from cifar10_estimator.run import evaluation_dirs
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import recipes
+from cifar10_estimator.settings import schedule
 
 # --eval-shifts: the furthest test-time shift, in pixels, of a 32x32 image.
 MAX_EVAL_SHIFT = 8
@@ -167,7 +168,7 @@ class Settings:
 
 def option_fields():
     """Every trainer option's field: the hyper-parameters' and the other settings'."""
-    return cli.option_fields(Settings, job_hparams.HParams)
+    return options.option_fields(Settings, job_hparams.HParams)
 
 
 def _fields_in_help_order():
@@ -181,19 +182,19 @@ def build_parser():
         description="Train a ResNet on CIFAR-10 with tf.estimator.train_and_evaluate: "
                     "one tower per GPU (or per logical CPU device), gradients averaged.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    cli.add_options(parser, _fields_in_help_order(), GROUPS)
+    add_options(parser, _fields_in_help_order(), GROUPS)
     return parser
 
 
 def parse(argv):
     """The Settings of the trainer's command line, --recipe applied (HParams' derived
     fields and --precision auto are left to resolve); a malformed flag raises UsageError."""
-    values, given = cli.parse_options(build_parser(), option_fields(), argv)
+    values, given = parse_options(build_parser(), option_fields(), argv)
     values.update(_recipe_values(values["recipe"], given))
     return Settings(
         hparams=job_hparams.HParams(**{field.name: values[field.name]
-                                       for field in cli.option_fields(job_hparams.HParams)}),
-        **{field.name: values[field.name] for field in cli.option_fields(Settings)})
+                                       for field in options.option_fields(job_hparams.HParams)}),
+        **{field.name: values[field.name] for field in options.option_fields(Settings)})
 
 
 def _recipe_values(recipe, given):
@@ -215,7 +216,7 @@ def quiet_tensorflow_logs():
 
     Call it before validate, which loads TensorFlow where a check needs it.
     """
-    cli.quiet_tensorflow_logs("1", "INFO")
+    tensorflow_logs.quiet_tensorflow_logs("1", "INFO")
 
 
 def validate(settings, task=None):
@@ -252,7 +253,7 @@ def validate(settings, task=None):
                              hparams.train_max_shift, cifar10_facts.MAX_SHIFT,
                              cifar10_facts.MAX_SHIFT))
     for side, _ in schedule.REDUCED_RESOLUTION_PHASES:
-        _check_low_resolution_side(cli.flag_of(side), getattr(hparams, side))
+        _check_low_resolution_side(flag_of(side), getattr(hparams, side))
     if hparams.patch_pca_init and settings.use_synthetic_data:
         raise UsageError("--patch-pca-init starts the first convolution from the training "
                          "images' patches; --use-synthetic-data has none: drop one of them")
@@ -341,7 +342,7 @@ def _check_low_resolution_ends_before_the_run(hparams):
     """hparams: with the run's data size and workers (see _run_size)."""
     end = schedule.last_step(hparams)
     if schedule.low_resolution_steps(hparams) >= end:
-        given = " and ".join("%s %g" % (cli.flag_of(epochs), getattr(hparams, epochs))
+        given = " and ".join("%s %g" % (flag_of(epochs), getattr(hparams, epochs))
                              for _, epochs in schedule.REDUCED_RESOLUTION_PHASES
                              if getattr(hparams, epochs))
         raise UsageError("%s cover%s the whole run (%d steps, %.1f epochs): the last epochs "
@@ -517,7 +518,7 @@ def markdown_table():
         if title:
             lines += ["", "**%s**%s" % (title.capitalize(),
                                         ": " + description if description else "")]
-        lines += ["", cli.markdown_table(["flag", "default", "meaning"], [
+        lines += ["", markdown.markdown_table(["flag", "default", "meaning"], [
             ["`%s`" % _flag_with_argument(field), _default_text(field),
              field.metadata["help"] % {}]
             for field in fields if field.metadata["group"] == title])]
@@ -528,10 +529,10 @@ def _flag_with_argument(field):
     """The flag, with its choices or the name its help gives the value (--train-epochs E)."""
     keywords = field.metadata["add_argument"]
     if "choices" in keywords:
-        return "%s %s" % (cli.flag_of(field.name), "|".join(keywords["choices"]))
+        return "%s %s" % (flag_of(field.name), "|".join(keywords["choices"]))
     if "metavar" in keywords:
-        return "%s %s" % (cli.flag_of(field.name), keywords["metavar"])
-    return cli.flag_of(field.name)
+        return "%s %s" % (flag_of(field.name), keywords["metavar"])
+    return flag_of(field.name)
 
 
 def _default_text(field):
@@ -559,10 +560,10 @@ class TableOptions:
 def main(argv):
     parser = ArgumentParser(description="Print the trainer's flag table, generated from the "
                                         "options' declarations, for docs/training.md.")
-    cli.add_options(parser, cli.option_fields(TableOptions))
-    cli.parse(parser, TableOptions, argv)
+    add_options(parser, options.option_fields(TableOptions))
+    options.parse(parser, TableOptions, argv)
     print(markdown_table())
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run_command(main))
+    sys.exit(run_command(main))

@@ -17,8 +17,10 @@ import shutil
 import sys
 import typing
 
-from cifar10_estimator import cli
 from cifar10_estimator import files
+from cifar10_estimator.cli.command import run_command, stderr_dropped_on_user_error
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_int, option,
+                                           option_fields, parse_options, positive_int)
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import download
@@ -265,36 +267,36 @@ def _md5_flag(text):
 class GenerateOptions:
     """The command line: where the TFRecords go, the source, and how to fetch the archive."""
 
-    data_dir: str = cli.option(
+    data_dir: str = option(
         None, "output directory for the TFRecords (created if missing); for the archive "
               "source also the directory of the archive and the extracted batches",
         required=True, metavar="DIR")
-    image_dir: typing.Optional[str] = cli.option(
+    image_dir: typing.Optional[str] = option(
         None, "convert the image folders IMAGES/train/<class>/ and IMAGES/test/<class>/ "
               "instead of the archive (no download); see below",
         metavar="IMAGES")
-    validation_examples: typing.Optional[int] = cli.option(
+    validation_examples: typing.Optional[int] = option(
         None, "the last N training images validate (default: data_batch_5 or the last "
               "fifth; 0: no validation set)",
-        type=cli.non_negative_int, metavar="N")
+        type=non_negative_int, metavar="N")
     # The archive's options have no value unless given (see _archive_options): one given
     # with --image-dir is an error.
-    url: str = cli.option(
+    url: str = option(
         argparse.SUPPRESS, "where to download the archive from (default: $%s if set, else "
                            "the official URL below)" % URL_ENVIRONMENT_VARIABLE)
-    md5: str = cli.option(
+    md5: str = option(
         argparse.SUPPRESS, "expected MD5 of the archive (default: the official archive's); "
                            "'none' skips the check. Set it to download a CIFAR-format "
                            "archive of other data.",
         type=_md5_flag, metavar="HEX|none")
-    download_attempts: int = cli.option(
+    download_attempts: int = option(
         argparse.SUPPRESS, "requests to make before a broken download gives up (default: "
                            "%d)" % DEFAULT_DOWNLOAD_ATTEMPTS,
-        type=cli.positive_int, metavar="N")
+        type=positive_int, metavar="N")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Convert CIFAR-10 into the TFRecord files the training reads, from the\n"
                     "CIFAR-10 python archive (default) or from folders of images (--image-dir):\n"
@@ -346,7 +348,7 @@ def build_parser():
                    classes=", ".join(cifar10_facts.CLASS_NAMES),
                    extensions="/".join(image_folders.IMAGE_EXTENSIONS),
                    seed=image_folders.TRAIN_ORDER_SEED))
-    cli.add_options(parser, cli.option_fields(GenerateOptions))
+    add_options(parser, option_fields(GenerateOptions))
     return parser
 
 
@@ -367,13 +369,13 @@ def _convert_image_folders_with_one_line_errors(args, given):
                          % misplaced[0].replace("_", "-"))
     # libjpeg reports a corrupt file on file descriptor 2 by itself: fd 2 is held back so a
     # bad image gives only the error line, and a copy of it keeps progress visible meanwhile.
-    with os.fdopen(os.dup(2), "w") as live_stderr, cli.stderr_dropped_on_user_error():
+    with os.fdopen(os.dup(2), "w") as live_stderr, stderr_dropped_on_user_error():
         return convert_image_folders(args.image_dir, args.data_dir, args.validation_examples,
                                      messages=live_stderr)
 
 
 def main(argv):
-    values, given = cli.parse_options(build_parser(), cli.option_fields(GenerateOptions), argv)
+    values, given = parse_options(build_parser(), option_fields(GenerateOptions), argv)
     args = GenerateOptions(**values)
     # TensorFlow only writes records here; its C++ start-up notices would bury our messages.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -401,7 +403,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(cli.run_command(main))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

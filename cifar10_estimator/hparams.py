@@ -1,6 +1,6 @@
 """The training job's hyper-parameters, each declared once, and job-dir/hparams.json.
 
-Each field of HParams that is an option (cli.option) is a trainer flag: its default,
+Each field of HParams that is an option (cli.options.option) is a trainer flag: its default,
 type or check, help and --help group are written here, once, and the trainer's parser
 (flags.build_parser), hparams.json, the recipes and the manual's flag table read them;
 the depth's rule (num_units_per_stage) is here too, for flags.validate and the model.
@@ -22,14 +22,14 @@ import time
 import typing
 
 from cifar10_estimator import files
-from cifar10_estimator.cli import (below_one, between_zero_and_one, flag_of,
-                                   non_negative_float, non_negative_int, option,
-                                   option_fields, positive_float, positive_int)
+from cifar10_estimator.cli.options import (below_one, between_zero_and_one, flag_of,
+                                           non_negative_float, non_negative_int, option,
+                                           option_fields, positive_float, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import recipes
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import recipes
+from cifar10_estimator.settings import schedule
 
 HPARAMS_FILENAME = "hparams.json"
 HPARAMS_FORMAT = "cifar10_estimator.hparams/2"
@@ -118,7 +118,7 @@ class HParams:
                "whitening initialisation); the original starts them at random.",
         group="model", action="store_true")
 
-    # The run's length and the learning rate over it (training.schedule reads them).
+    # The run's length and the learning rate over it (settings.schedule reads them).
     train_steps: typing.Optional[int] = option(
         None, "Global step at which training stops (default: the tutorial's %d). The "
               "learning rate drops at epochs %s whatever this is, unless "
@@ -313,7 +313,7 @@ class HParams:
 DEFAULTS = HParams()
 
 
-class LayerConfig:
+class ConfigFromHParams:
     """Base of the config a layer takes whole: cifar10_model.ModelConfig (the network),
     cifar10.AugmentationConfig (the training crops) and model_fn.OptimisationConfig (the
     loss and the update).

@@ -11,9 +11,9 @@ Settings, resolved once -> RunConfig -> on a rerun, the job's newest checkpoint 
 written -> the HParams of a run that trains added to job-dir/hparams.json ->
 tf.estimator.train_and_evaluate -> the one test evaluation and the closing report.
 SIGTERM and Ctrl-C end it after the step in flight with that step saved (exit status 143,
-130; training.stop_signals); a diverging loss or a full job dir ends it with one line
-(training.run_faults). The console shows what a person watches, and job-dir/train.log
-gets TensorFlow's whole log (training.console).
+130; run.stop_signals); a diverging loss or a full job dir ends it with one line
+(run.faults). The console shows what a person watches, and job-dir/train.log
+gets TensorFlow's whole log (run.console).
 """
 
 import contextlib
@@ -26,12 +26,12 @@ from cifar10_estimator import files
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
-from cifar10_estimator.training import evaluation_dirs
-from cifar10_estimator.training import job_dir_lock
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import schedule
-from cifar10_estimator.cli import invoked_program, run_command, stderr_dropped_on_user_error
-from cifar10_estimator.cli import stderr_held_for_the_log
+from cifar10_estimator.run import evaluation_dirs
+from cifar10_estimator.run import job_dir_lock
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import schedule
+from cifar10_estimator.cli.command import (invoked_program, run_command,
+                                           stderr_dropped_on_user_error, stderr_held_for_the_log)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.distributed import cluster
@@ -67,9 +67,9 @@ def main(argv):
 
 @contextlib.contextmanager
 def run_console_of(settings, task, startup_output):
-    """The RunConsole of this process (training.console): its log file in the job dir,
+    """The RunConsole of this process (run.console): its log file in the job dir,
     one per task of a cluster; a job dir that is not a local directory gets none."""
-    from cifar10_estimator.training import console
+    from cifar10_estimator.run import console
     log_path = None
     if not files.is_url(settings.job_dir):
         os.makedirs(settings.job_dir, exist_ok=True)
@@ -87,7 +87,7 @@ def stop_signals_of(task=None):
     (exit status 143 in a container); restarted, it comes back empty, and the chief's
     session restores its last checkpoint into it (docs/distributed.md).
     """
-    from cifar10_estimator.training import stop_signals
+    from cifar10_estimator.run import stop_signals
     if task and task.task_type == cluster.PS:
         return contextlib.nullcontext()
     return stop_signals.StopSignals(invoked_program())
@@ -97,11 +97,11 @@ def stop_signals_of(task=None):
 def disk_faults_named(job_dir):
     """Turn an error of a full or read-only disk under job_dir into its one line."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator.training import run_faults
+    from cifar10_estimator.run import faults
     try:
         yield
     except (OSError, tf.errors.OpError, Cifar10EstimatorError) as error:
-        fault = run_faults.disk_fault(error, job_dir)
+        fault = faults.disk_fault(error, job_dir)
         if fault is None:
             raise
         raise fault from error
@@ -240,7 +240,7 @@ def _prepare_cluster_task(run_config, task, ps_timeout_secs):
 def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     """Build the Estimator from resolved settings and run tf.estimator.train_and_evaluate.
 
-    An evaluator task runs checkpoint_evaluation.evaluate_until_final instead, which
+    An evaluator task runs evaluator.evaluate_until_final instead, which
     evaluates the final checkpoint as soon as it is written; where this process ran the
     final evaluation, it then evaluates that checkpoint once on the test set. A chief
     whose cluster lists the evaluator then waits for that (distributed.evaluator_wait).
@@ -250,7 +250,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
       task: the cluster.ClusterTask this process runs (from TF_CONFIG), or None.
       signals: the stop_signals.StopSignals SIGTERM and Ctrl-C are caught with, or None
         (a new one, installed by nobody: no signal stops the run early).
-      run_console: the training.console.RunConsole the progress is shown on, or None
+      run_console: the run.console.RunConsole the progress is shown on, or None
         (progress lines are logged).
 
     Returns:
@@ -258,14 +258,14 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
 
     Raises:
       errors.RunStopped: a stop signal came; what was reached is saved.
-      run_faults.TrainingDiverged: the training loss became NaN or infinite.
+      faults.TrainingDiverged: the training loss became NaN or infinite.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import compute_accounting
     from cifar10_estimator import model_fn
     from cifar10_estimator.machine import step_speeds
-    from cifar10_estimator.training import compute_timer
-    from cifar10_estimator.training import stop_signals
+    from cifar10_estimator.run import compute_timer
+    from cifar10_estimator.run import stop_signals
 
     signals = signals or stop_signals.StopSignals(invoked_program())
     hparams = settings.hparams
@@ -289,9 +289,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     # A signal during the start-up (the precision probe, the graph) stops the run here.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
     if task and task.task_type == cluster.EVALUATOR:
-        from cifar10_estimator import checkpoint_evaluation
-        metrics = checkpoint_evaluation.evaluate_until_final(estimator, eval_spec, last_step,
-                                                             signals)
+        from cifar10_estimator import evaluator
+        metrics = evaluator.evaluate_until_final(estimator, eval_spec, last_step, signals)
     else:
         result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
         metrics = result[0] if result else None
@@ -329,8 +328,8 @@ class Resumption:
 def check_the_job(settings, task, run_config, layout):
     """Where this process writes the job's checkpoints and the job has one, before
     anything is written: its newest checkpoints that do not read set aside
-    (training.damaged_checkpoints), and a rerun whose variables do not fit the newest that
-    does refused (training.rerun_check).
+    (run.damaged_checkpoints), and a rerun whose variables do not fit the newest that
+    does refused (run.rerun_check).
 
     Returns:
       The Resumption of the run, or None where it starts the job or writes no checkpoint.
@@ -341,7 +340,7 @@ def check_the_job(settings, task, run_config, layout):
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import cifar10_model, model_fn
-    from cifar10_estimator.training import damaged_checkpoints, rerun_check
+    from cifar10_estimator.run import damaged_checkpoints, rerun_check
     if task and not task.writes_checkpoints:
         return None
     checkpoint, line = damaged_checkpoints.resume_point(settings.job_dir)
@@ -370,7 +369,7 @@ def start_job(settings, task, run_config, data_format, resumption=None):
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.machine import gpu_devices
-    from cifar10_estimator.training import hparams_summary
+    from cifar10_estimator.run import hparams_summary
     from cifar10_estimator.training import mixed_precision
     hparams = settings.hparams
     # Before the job's summary writer starts TensorFlow's context on the GPUs.
@@ -396,7 +395,7 @@ def start_job(settings, task, run_config, data_format, resumption=None):
                               evaluation_dirs.evaluation_dir(report.TEST_EVAL_NAME))
     log_schedule(hparams, changes)
     if resumption:
-        from cifar10_estimator.training import console
+        from cifar10_estimator.run import console
         console.console_logger().info(resumption.line)
     return evaluation_cost
 
@@ -415,9 +414,9 @@ def changed_since_the_last_run(job_dir, hparams, data_format, resumption):
 
 def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None,
                       data_format="channels_last"):
-    """The process's training.time_to_go.RunProgress: one spans the training sessions and
+    """The process's run.time_to_go.RunProgress: one spans the training sessions and
     the evaluations between them. Only a run on one machine evaluates in the process."""
-    from cifar10_estimator.training import time_to_go
+    from cifar10_estimator.run import time_to_go
     hparams = settings.hparams
     return time_to_go.RunProgress(
         schedule.last_step(hparams), hparams.examples_per_global_step,
@@ -428,11 +427,11 @@ def make_run_progress(settings, task, run_config, evaluation_cost, run_console=N
 
 
 def training_phases(settings, task=None, data_format="channels_last"):
-    """The run's training.time_to_go.TrainingPhases. A run on one machine rates its image
+    """The run's run.time_to_go.TrainingPhases. A run on one machine rates its image
     sizes from what its steps took in the runs before it there (machine.step_speeds); a
     cluster's global step is its workers' together, so it keeps the rule of thumb."""
     from cifar10_estimator.machine import step_speeds
-    from cifar10_estimator.training import time_to_go
+    from cifar10_estimator.run import time_to_go
     step_secs = None if task else step_speeds.recorded(settings.hparams, settings.num_gpus,
                                                        data_format)
     return time_to_go.training_phases(settings.hparams, cifar10_facts.HEIGHT, step_secs)
@@ -440,26 +439,26 @@ def training_phases(settings, task=None, data_format="channels_last"):
 
 def make_train_spec(settings, task, signals, progress, timer):
     """The TrainSpec: the training input, the last step, the stop and divergence hooks, and
-    `timer`, the training.compute_timer.ComputeTimer of the steps."""
+    `timer`, the run.compute_timer.ComputeTimer of the steps."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator.training import progress as run_progress
-    from cifar10_estimator.training import run_faults
-    from cifar10_estimator.training import stop_signals
+    from cifar10_estimator.run import progress as run_progress
+    from cifar10_estimator.run import faults
+    from cifar10_estimator.run import stop_signals
     return tf.estimator.TrainSpec(
         make_train_input_fn(settings, task), max_steps=schedule.last_step(settings.hparams),
         # Before tf.estimator's own hooks and listeners: the divergence check ends
         # training before its NanTensorHook, the stop before its evaluation.
         hooks=[stop_signals.StopAtSignalHook(signals),
-               run_faults.DivergenceHook(settings.hparams, settings.job_dir), timer],
+               faults.DivergenceHook(settings.hparams, settings.job_dir), timer],
         saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
                           run_progress.ProgressCheckpointListener(progress),
                           timer.checkpoint_listener])
 
 
 def evaluation_plan(settings, run_config, relative_cost):
-    """The training.time_to_go.EvaluationPlan of a run on one machine."""
+    """The run.time_to_go.EvaluationPlan of a run on one machine."""
     from cifar10_estimator.training import evaluation_views
-    from cifar10_estimator.training import time_to_go
+    from cifar10_estimator.run import time_to_go
     views_per_image = evaluation_views.EvaluationViews.from_hparams(settings.hparams).count
     subset = flags.periodic_eval_subset(settings)
     periodic_images = flags.eval_steps(settings, subset) * settings.eval_batch_size
@@ -513,7 +512,7 @@ def log_schedule(hparams, changes=()):
     if the rate never drops."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator import compute_accounting
-    from cifar10_estimator.training import console
+    from cifar10_estimator.run import console
     console.console_logger().info(
         "Recipe %s. %s; %s %s%s", hparams.recipe, schedule.describe(hparams),
         compute_accounting.training_compute(hparams).plan_text(),
@@ -533,10 +532,10 @@ def make_eval_spec(settings, signals, progress=None):
     in the original, and no best export is kept: never select a model on test data.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator.training import console
+    from cifar10_estimator.run import console
     from cifar10_estimator.training import evaluation_views
-    from cifar10_estimator.training import progress as run_progress
-    from cifar10_estimator.training import stop_signals
+    from cifar10_estimator.run import progress as run_progress
+    from cifar10_estimator.run import stop_signals
     subset = flags.periodic_eval_subset(settings)
     exporters = make_exporters(subset)
     hooks = [stop_signals.StopEvaluationHook(signals, settings.job_dir)]
@@ -572,7 +571,7 @@ def make_exporters(subset):
 
 def training_compute_record(settings, timer):
     """What test_results.json keeps of the run's compute (training.compute.record): the
-    FLOPs, the rate of the steps `timer` (a training.compute_timer.ComputeTimer) timed,
+    FLOPs, the rate of the steps `timer` (a run.compute_timer.ComputeTimer) timed,
     and on a CPU the peak of the precision it trained in."""
     from cifar10_estimator.machine import cpu_peak
     from cifar10_estimator.training import compute
@@ -591,7 +590,7 @@ def report_on_test(estimator, settings, eval_spec, final_metrics, training_compu
       training_compute: what test_results.json keeps of the run's compute
         (training_compute_record), or None.
     """
-    from cifar10_estimator.training import console
+    from cifar10_estimator.run import console
     from cifar10_estimator.training import weight_averaging
     checkpoint = estimator.latest_checkpoint()
     steps = flags.eval_steps(settings, "eval")
@@ -620,13 +619,13 @@ def evaluate_and_export_latest(estimator, eval_spec):
       The metrics (dict), or None where there is no checkpoint.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator import checkpoint_evaluation
+    from cifar10_estimator import evaluator
     checkpoint = estimator.latest_checkpoint()
     if checkpoint is None:
         return None
     tf.compat.v1.logging.info("Evaluating %s, the final checkpoint", checkpoint)
-    return checkpoint_evaluation.evaluate_and_export(estimator, eval_spec, checkpoint,
-                                                    is_the_final_export=True)
+    return evaluator.evaluate_and_export(estimator, eval_spec, checkpoint,
+                                         is_the_final_export=True)
 
 
 def _exit_with_error(message):

@@ -13,7 +13,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from cifar10_estimator.hparams import DEFAULTS, LayerConfig
+from cifar10_estimator.hparams import ConfigFromHParams, DEFAULTS
 
 DATA_FORMATS = ("channels_first", "channels_last")
 
@@ -25,7 +25,7 @@ _CONV_INITIALIZER = tf.compat.v1.variance_scaling_initializer(
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig(LayerConfig):
+class ModelConfig(ConfigFromHParams):
     """The network's hyper-parameters, handed whole to the network and its blocks
     (ResNet.from_config); the run builds it once from its HParams (from_hparams). Where
     the network computes (its data format) is the devices' choice, not the model's.

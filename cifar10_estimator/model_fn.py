@@ -19,6 +19,9 @@ from cifar10_estimator import cifar10_model
 from cifar10_estimator import cifar10_utils
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import input_fn
+from cifar10_estimator.run import progress as run_progress
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import schedule
 from cifar10_estimator.training import area_resize
 from cifar10_estimator.training import compute
 from cifar10_estimator.training import device_prefetch
@@ -27,15 +30,12 @@ from cifar10_estimator.training import example_skipping
 from cifar10_estimator.training import losses
 from cifar10_estimator.training import mixed_precision
 from cifar10_estimator.training import optimizer_stack
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import progress as run_progress
 from cifar10_estimator.training import scaffolds
-from cifar10_estimator.training import schedule
 # What make_model_fn takes, here with the model_fn.
 from cifar10_estimator.training.tower_layout import TowerLayout  # noqa: F401
 
 LOSS_LOG_EVERY_N_STEPS = 100
-# The progress is reported this often; the console decides what it shows (training.console).
+# The progress is reported this often; the console decides what it shows (run.console).
 PROGRESS_LOG_EVERY_N_STEPS = 10
 EXAMPLES_PER_SEC_LOG_EVERY_N_STEPS = 10
 NUM_SUMMARY_IMAGES = 3
@@ -45,7 +45,7 @@ NETWORK_SCOPE = "resnet"
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimisationConfig(job_hparams.LayerConfig):
+class OptimisationConfig(job_hparams.ConfigFromHParams):
     """What a training step minimises and how it updates the weights, handed whole to
     the tower's loss (training.losses) and to the optimizer (training.optimizer_stack).
     Each field is the trainer flag of its name (hparams.HParams).
@@ -80,7 +80,7 @@ def make_model_fn(layout, hparams, progress=None, starting_values=None):
     Args:
       layout: TowerLayout, the towers and variable placement.
       hparams: HParams.
-      progress: the run's training.time_to_go.RunProgress, for training to log where it is
+      progress: the run's run.time_to_go.RunProgress, for training to log where it is
         and when it ends; None logs no progress.
       starting_values: {variable name: numpy array}, names as the checkpoints hold them
         (e.g. resnet/conv2d/kernel, see NETWORK_SCOPE): where a job starts (not where it

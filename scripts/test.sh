@@ -11,5 +11,5 @@ ensure_venv ".[test]"
 # PYTHONDONTWRITEBYTECODE is set, as on some CI machines, each would compile those modules
 # again; compiled here once (0.1 CPU-s for all of them), they are only read. Python checks
 # a compiled file against its source's time, so an edited module is never run stale.
-"$VENV_DIR/bin/python" -m compileall -q cifar10_estimator >/dev/null
+"$VENV_DIR/bin/python" -m compileall -q cifar10_estimator tools >/dev/null
 exec "$VENV_DIR/bin/python" -m pytest "$@"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.child_process import child_environment
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,7 +25,7 @@ TENSORFLOW_CPP_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW
 
 def cli_env(extra=None):
     """Environment for a child: the repo importable, TensorFlow's C++ INFO lines muted."""
-    return cli.child_environment(extra)
+    return child_environment(extra)
 
 
 # Wall-clock bounds. The tests wait for events (a line, a file, an exit), never for a

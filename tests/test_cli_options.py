@@ -7,7 +7,8 @@ import typing
 
 import pytest
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           option_per_value, parse, parse_options, positive_int)
 from cifar10_estimator.errors import UsageError
 
 
@@ -15,24 +16,24 @@ from cifar10_estimator.errors import UsageError
 class Options:
     """Every kind of declaration a command uses."""
 
-    source: typing.Optional[str] = cli.option(None, "One source.", exclusive="source")
-    other_source: typing.Optional[str] = cli.option(None, "The other.", exclusive="source")
-    mode: str = cli.option_per_value("quick", {"smoke": "Tiny.", "quick": "Small."})
-    evaluator: bool = cli.option(True, "No evaluator.", flag="--no-evaluator",
-                                 action="store_false")
-    reference: list = cli.option([], "A line; may be repeated.", nargs=2, action="append")
-    count: int = cli.option(3, "How many.", type=cli.positive_int)
-    files: list = cli.option(None, "The files.", positional=True, nargs="+")
+    source: typing.Optional[str] = option(None, "One source.", exclusive="source")
+    other_source: typing.Optional[str] = option(None, "The other.", exclusive="source")
+    mode: str = option_per_value("quick", {"smoke": "Tiny.", "quick": "Small."})
+    evaluator: bool = option(True, "No evaluator.", flag="--no-evaluator",
+                             action="store_false")
+    reference: list = option([], "A line; may be repeated.", nargs=2, action="append")
+    count: int = option(3, "How many.", type=positive_int)
+    files: list = option(None, "The files.", positional=True, nargs="+")
 
 
 def parser():
-    parser = cli.ArgumentParser(prog="command")
-    cli.add_options(parser, cli.option_fields(Options), required_exclusive=["source"])
+    parser = ArgumentParser(prog="command")
+    add_options(parser, option_fields(Options), required_exclusive=["source"])
     return parser
 
 
 def test_the_command_line_parses_into_the_options_class():
-    options = cli.parse(parser(), Options, [
+    options = parse(parser(), Options, [
         "--other-source", "S", "--smoke", "--no-evaluator", "--reference", "90", "a",
         "--reference", "95", "b", "--count", "5", "x.png", "y.png"])
     assert options == Options(other_source="S", mode="smoke", evaluator=False,
@@ -41,15 +42,15 @@ def test_the_command_line_parses_into_the_options_class():
 
 
 def test_defaults_come_from_the_declarations_and_a_list_is_each_options_own():
-    first = cli.parse(parser(), Options, ["--source", "S", "f"])
-    second = cli.parse(parser(), Options, ["--source", "S", "f"])
+    first = parse(parser(), Options, ["--source", "S", "f"])
+    second = parse(parser(), Options, ["--source", "S", "f"])
     assert (first.mode, first.evaluator, first.count, first.reference) == ("quick", True, 3, [])
     first.reference.append(["1", "x"])
     assert second.reference == [] and Options().reference == []
 
 
 def test_an_option_given_at_its_default_value_counts_as_given():
-    values, given = cli.parse_options(parser(), cli.option_fields(Options), [
+    values, given = parse_options(parser(), option_fields(Options), [
         "--source", "S", "--count", "3", "--quick", "f"])
     assert given == {"source", "count", "mode", "files"}
     assert (values["count"], values["mode"], values["other_source"]) == (3, "quick", None)
@@ -64,4 +65,4 @@ def test_an_option_given_at_its_default_value_counts_as_given():
 ])
 def test_a_malformed_command_line_is_a_usage_error(argv, fragment):
     with pytest.raises(UsageError, match=fragment):
-        cli.parse(parser(), Options, argv)
+        parse(parser(), Options, argv)

@@ -21,17 +21,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cifar10_estimator import cifar10
 from cifar10_estimator import flags
 from cifar10_estimator import main as trainer
-from cifar10_estimator import cifar10
 from cifar10_estimator import report
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.distributed import evaluator_wait
 from cifar10_estimator.distributed import local_cluster
-from cifar10_estimator.errors import RunStopped, UsageError
-from cifar10_estimator.training import stop_signals
-from cifar10_estimator.serving import export_dirs
 from cifar10_estimator.distributed.local_cluster import Task
+from cifar10_estimator.errors import RunStopped, UsageError
+from cifar10_estimator.run import stop_signals
+from cifar10_estimator.serving import export_dirs
 from cli_helpers import (REPO_ROOT, assert_one_line_error, cli_env, many_processes, run_module,
                          start_module)
 from test_training import checkpoint_steps, eval_metrics

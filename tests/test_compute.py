@@ -18,9 +18,9 @@ from cifar10_estimator import report
 from cifar10_estimator.benchmarks import flops as profiled
 from cifar10_estimator.machine import cpu_peak
 from cifar10_estimator.training import compute
-from cifar10_estimator.training import compute_timer
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import recipes
+from cifar10_estimator.run import compute_timer
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import recipes
 
 pytest_plugins = ["trained_job"]
 

@@ -6,7 +6,7 @@ import logging
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator.training import console
+from cifar10_estimator.run import console
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.command import run_command
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.serving import convert, runtimes
 from cli_helpers import assert_one_line_error, run_module
@@ -145,7 +145,7 @@ def test_an_output_of_another_kind_is_a_usage_error(tmp_path):
 def test_onnx_without_its_packages_says_what_to_install(trained_job, tmp_path, monkeypatch,
                                                          capsys):
     monkeypatch.setitem(sys.modules, "tf2onnx", None)  # import tf2onnx raises ImportError
-    status = cli.run_command(convert.main, [
+    status = run_command(convert.main, [
         "--export-dir", trained_job.job_dir, "--to", "onnx", "--output",
         str(tmp_path / "model.onnx")], prog="convert")
     error = capsys.readouterr().err

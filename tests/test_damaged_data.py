@@ -17,7 +17,7 @@ import pytest
 import cifar_archives
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import job_dir_lock
+from cifar10_estimator.run import job_dir_lock
 from cli_helpers import assert_one_line_error, run_module
 
 pytest_plugins = ["trained_job"]

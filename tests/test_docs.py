@@ -1,12 +1,12 @@
 """The README and the manual in docs/ show commands the code takes and links that resolve.
 
-Every `python -m cifar10_estimator.X ...` command on a page (in a code block or inline
-code, continued over lines with a trailing backslash) must name a module that exists and
-only flags that module's own parser declares; the trainer flags after `--` of the local
-cluster launcher and of scripts/setup_and_run.sh must be the trainer's. The default trainer
-command lines of setup_and_run.sh must be the trainer's flags too. Every relative link must
-name a file that exists and every #anchor a heading of that file. The flag table of
-docs/training.md must be the one the options' declarations generate.
+Every `python -m cifar10_estimator.X ...` or `tools.X ...` command on a page (in a code
+block or inline code, continued over lines with a trailing backslash) must name a module
+that exists and only flags that module's own parser declares; the trainer flags after `--`
+of the local cluster launcher and of scripts/setup_and_run.sh must be the trainer's. The
+default trainer command lines of setup_and_run.sh must be the trainer's flags too. Every
+relative link must name a file that exists and every #anchor a heading of that file. The
+flag table of docs/training.md must be the one the options' declarations generate.
 
 The figures stay honest: every accuracy, time, count of runs and training FLOPs of the
 README's results table is in docs/accuracy.md's summary table, in a row of the same command
@@ -58,7 +58,7 @@ SCRIPT_MODULES = {"scripts/launch_local_cluster.py": LOCAL_CLUSTER}
 # Commands whose flags after a bare `--` are passed on to the trainer.
 PASS_TO_TRAINER = {LOCAL_CLUSTER, SETUP_AND_RUN}
 
-COMMAND = re.compile(r"(?:-m\s+(cifar10_estimator(?:\.\w+)*)"
+COMMAND = re.compile(r"(?:-m\s+((?:cifar10_estimator|tools)(?:\.\w+)*)"
                      r"|python\S*\s+(%s)"
                      r"|bash\s+(%s))(?![\w.])"
                      % ("|".join(map(re.escape, SCRIPT_MODULES)), re.escape(SETUP_AND_RUN)))
@@ -652,7 +652,7 @@ def half_an_hour_recipe(table, runs):
 
 
 def test_the_readmes_results_have_a_row_per_recipe():
-    from cifar10_estimator.training import recipes
+    from cifar10_estimator.settings import recipes
     named = [re.fullmatch(r"--recipe (\w+)", command_key(cells)[0])
              for _, cells in marked_table(RESULTS_PAGE, RESULTS_BEGIN, RESULTS_END)[1:]]
     assert all(named), "each row of the README's results is one `--recipe NAME`"

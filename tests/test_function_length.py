@@ -1,5 +1,5 @@
-"""No function of the package is longer than a screen (80 lines, its docstring included):
-one idea per function, read at a glance (docs/README.md)."""
+"""No function of the package or of its tools is longer than a screen (80 lines, its
+docstring included): one idea per function, read at a glance (docs/README.md)."""
 
 import ast
 import pathlib
@@ -7,16 +7,18 @@ import pathlib
 import cifar10_estimator
 
 PACKAGE_DIR = pathlib.Path(cifar10_estimator.__file__).parent
+# The instruments for tuning recipes on a CPU, beside the package in the checkout.
+TOOLS_DIR = PACKAGE_DIR.parent / "tools"
 MAX_FUNCTION_LINES = 80
 
 
-def function_lengths(package_dir=PACKAGE_DIR):
-    """(path:line name, lines) of every function and method of the package's modules,
+def function_lengths(source_dirs=(PACKAGE_DIR, TOOLS_DIR)):
+    """(path:line name, lines) of every function and method of the modules in source_dirs,
     nested ones included."""
-    for path in sorted(package_dir.rglob("*.py")):
+    for path in sorted(path for source_dir in source_dirs for path in source_dir.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                where = "%s:%d %s" % (path.relative_to(package_dir.parent), node.lineno,
+                where = "%s:%d %s" % (path.relative_to(PACKAGE_DIR.parent), node.lineno,
                                       node.name)
                 yield where, node.end_lineno - node.lineno + 1
 
@@ -34,3 +36,4 @@ def test_the_count_sees_every_function_with_its_body():
                         if where.endswith(" make_model_fn")]
     assert where.startswith("cifar10_estimator/model_fn.py:") and 40 < lines <= 80
     assert any(where.endswith(" model_fn") for where in lengths)  # nested in make_model_fn
+    assert any(where.startswith("tools/step_rates.py:") for where in lengths)

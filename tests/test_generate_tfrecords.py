@@ -18,11 +18,11 @@ from cifar_archives import (ARCHIVE_NAME, ArchiveServer, breaks_first_request_af
                             expected_subsets, python2_pickle, read_tfrecords, write_archive)
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 from cifar10_estimator import cifar10, files, generate_tfrecords
+from cifar10_estimator.cli.command import run_command
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import download
 from cifar10_estimator.data import image_folders
 from cifar10_estimator.data import tfrecord_format
-from cifar10_estimator.cli import run_command
 
 MODULE = "cifar10_estimator.generate_tfrecords"
 TINY_COUNTS = {"train": 96, "validation": 24, "eval": 24}  # 24 images per batch

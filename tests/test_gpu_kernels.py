@@ -14,7 +14,7 @@ from tensorflow.python.framework import kernels
 from cifar10_estimator import flags
 from cifar10_estimator import input_fn
 from cifar10_estimator import model_fn
-from cifar10_estimator.training import recipes
+from cifar10_estimator.settings import recipes
 
 NUM_GPUS = 2
 BATCH_SIZE = 4

@@ -19,7 +19,7 @@ from cifar10_estimator.distributed import cluster, local_cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.machine import hardware
 from cifar10_estimator.serving import evaluate
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import schedule
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
 MODULE = "cifar10_estimator.main"
@@ -367,7 +367,7 @@ def test_the_one_commands_plan_trains_on_every_gpu_and_evaluates_each_example_on
 def test_tensorflows_own_context_sees_the_sessions_gpus_before_the_jobs_summary_starts_it(
         tmp_path, monkeypatch):
     import tensorflow as tf
-    from cifar10_estimator.training import hparams_summary
+    from cifar10_estimator.run import hparams_summary
     # Four GPUs as TensorFlow would list them; what the trainer asks of its context, and
     # when the job's summary writer (the first thing that starts that context) comes.
     four = ["GPU:%d" % index for index in range(4)]

@@ -1,8 +1,14 @@
 """The package's imports run one way: no circle between modules, none between the top
 level's units (a top-level module, or a folder), nothing outside benchmarks/ imports it,
-and nothing imports main. The flag layer imports no TensorFlow, so that the commands
-tell a flag's error before it loads, nor do the time to go and the file plumbing, and
-CIFAR-10's facts are declared once, in data/cifar10_facts.py.
+and nothing imports main. Its folders of one concern each are layered: the command-line
+plumbing (cli/) under what the settings decide (settings/), under what a step computes
+(training/), under the run's handling (run/). The flag layer imports no TensorFlow, so
+that the commands tell a flag's error before it loads, nor do the time to go and the
+file plumbing, and CIFAR-10's facts are declared once, in data/cifar10_facts.py.
+
+The installed package is the product: its top level stays a short list, setup.py ships
+each of its folders, and the instruments of tools/, beside it in the checkout, are
+neither shipped nor imported by it.
 
 Imports are read from the source with ast, those inside functions included: an import
 deferred to a function is still a dependency, only a later one.
@@ -10,15 +16,20 @@ deferred to a function is still a dependency, only a later one.
 
 import ast
 import pathlib
+import runpy
 import subprocess
 import sys
+
+import setuptools
 
 import cifar10_estimator
 
 PACKAGE_DIR = pathlib.Path(cifar10_estimator.__file__).parent
 PACKAGE = PACKAGE_DIR.name
+REPO_ROOT = PACKAGE_DIR.parent
 BENCHMARKS = PACKAGE + ".benchmarks"
 MAIN = PACKAGE + ".main"
+TOOLS = "tools"
 
 
 def module_paths(package_dir):
@@ -188,14 +199,70 @@ def test_nothing_imports_main():
     assert [_name(module) for module, imported in sorted(graph.items()) if MAIN in imported] == []
 
 
+# The folders of one concern each, lowest first: none imports a folder after it.
+LAYERS = [PACKAGE + "." + name for name in ("cli", "settings", "training", "run")]
+
+
+def test_each_concerns_folder_imports_none_above_it():
+    units = unit_graph(import_graph())
+    upward = ["%s imports %s" % (_name(lower), _name(higher))
+              for index, lower in enumerate(LAYERS) for higher in LAYERS[index + 1:]
+              if higher in units[lower]]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_package_imports_nothing_from_the_tools():
+    importers = []
+    for module, path in module_paths(PACKAGE_DIR).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and
+                     not node.level else [])
+            importers += ["%s imports %s" % (_name(module), name) for name in names
+                          if name.split(".")[0] == TOOLS]
+    assert not importers, "\n".join(importers)
+
+
+# The tutorial's training path under its own names, the run, and a little plumbing; the
+# rest is one folder away (docs/README.md, "Where things are").
+MAX_TOP_LEVEL_MODULES = 16
+
+
+def test_the_top_level_is_a_short_list():
+    modules = sorted(path.stem for path in PACKAGE_DIR.glob("*.py") if path.stem != "__init__")
+    assert len(modules) <= MAX_TOP_LEVEL_MODULES, modules
+
+
+def setup_arguments(monkeypatch):
+    """The keywords setup.py hands to setuptools.setup, read by running it with a stand-in
+    in the checkout's root, where pip runs it."""
+    arguments = {}
+    monkeypatch.setattr(setuptools, "setup", arguments.update)
+    monkeypatch.chdir(REPO_ROOT)
+    runpy.run_path(str(REPO_ROOT / "setup.py"), run_name="__main__")
+    return arguments
+
+
+def test_setup_ships_every_folder_of_the_package_and_none_of_the_tools(monkeypatch):
+    packages = setup_arguments(monkeypatch)["packages"]
+    folders = sorted(".".join(path.parent.relative_to(REPO_ROOT).parts)
+                     for path in PACKAGE_DIR.rglob("*.py"))
+    assert set(folders) <= set(packages), sorted(set(folders) - set(packages))
+    assert (REPO_ROOT / TOOLS / "__init__.py").exists()
+    assert [package for package in packages if not package.startswith(PACKAGE)] == []
+
+
 # The flag layer: the options' declarations, the parser and its checks, which the commands
 # run before TensorFlow loads.
 FLAG_LAYER = [PACKAGE + "." + name for name in (
-    "cli", "hparams", "flags", "training.recipes", "training.schedule")]
-# And the modules that are arithmetic or files: the time to go (its hooks are apart, in
-# training.progress) and the file plumbing, which loads TensorFlow for a URL only.
+    "cli.options", "cli.command", "hparams", "flags", "settings.recipes", "settings.schedule",
+    "settings.precision")]
+# And the modules that are arithmetic or files: the rest of the command-line plumbing, the
+# time to go (its hooks are apart, in run.progress) and the file plumbing, which loads
+# TensorFlow for a URL only.
 WITHOUT_TENSORFLOW = FLAG_LAYER + [PACKAGE + "." + name for name in (
-    "files", "training.time_to_go")]
+    "cli.tensorflow_logs", "cli.child_process", "cli.terminal", "cli.markdown", "files",
+    "run.time_to_go")]
 FACTS = PACKAGE + ".data.cifar10_facts"
 DATA_SET = PACKAGE + ".cifar10"
 

@@ -5,14 +5,14 @@ import re
 import pytest
 
 from cifar10_estimator import cifar10
-from cifar10_estimator import cli
 from cifar10_estimator.benchmarks import input_pipeline
+from cifar10_estimator.cli.command import run_command
 
 TINY_RUN = ["--batch-size", "8", "--num-batches", "3", "--rounds", "2", "--warmup-batches", "1"]
 
 
 def test_benchmark_prints_both_rates_and_their_ratio(tiny_data_dir, capsys):
-    status = cli.run_command(input_pipeline.main, ["--data-dir", str(tiny_data_dir)] + TINY_RUN)
+    status = run_command(input_pipeline.main, ["--data-dir", str(tiny_data_dir)] + TINY_RUN)
 
     output = capsys.readouterr().out
     assert status == 0
@@ -49,14 +49,14 @@ def test_synthetic_train_file_reads_back(tmp_path):
 
 
 def test_missing_data_directory_is_one_line_and_status_1(tmp_path, capsys):
-    status = cli.run_command(input_pipeline.main, ["--data-dir", str(tmp_path / "none")],
-                             prog="input_benchmark")
+    status = run_command(input_pipeline.main, ["--data-dir", str(tmp_path / "none")],
+                         prog="input_benchmark")
     error = capsys.readouterr().err
     assert status == 1
     assert error.count("\n") == 1 and "generate_tfrecords" in error
 
 
 def test_bad_flag_is_a_usage_error(capsys):
-    status = cli.run_command(input_pipeline.main, ["--batch-size", "0"], prog="input_benchmark")
+    status = run_command(input_pipeline.main, ["--batch-size", "0"], prog="input_benchmark")
     assert status == 2
     assert "--batch-size" in capsys.readouterr().err

@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator.errors import Cifar10EstimatorError
+from cifar10_estimator.run import job_dir_lock
 from cifar10_estimator.serving import export_dirs
-from cifar10_estimator.training import job_dir_lock
 from cli_helpers import assert_one_line_error, run_module, start_module
 from test_training import checkpoint_steps, trainer_args
 

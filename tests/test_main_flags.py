@@ -10,13 +10,14 @@ import pytest
 import tensorflow as tf
 
 import cifar_archives
-from cifar10_estimator.distributed import cluster
-from cifar10_estimator import cifar10_model, cli, flags
+from cifar10_estimator import cifar10_model, flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
-from cifar10_estimator.training import recipes
-from cifar10_estimator.training import schedule
+from cifar10_estimator.cli.options import is_option
+from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import UsageError
+from cifar10_estimator.settings import recipes
+from cifar10_estimator.settings import schedule
 from cli_helpers import REPO_ROOT, assert_one_line_error, cli_env, run_module
 
 MODULE = "cifar10_estimator.main"
@@ -240,7 +241,7 @@ def test_the_log_states_the_learning_rate_the_run_starts_from(tensorflow_info_me
 def derived_fields():
     """The HParams fields no flag sets: flags.resolve fills them in."""
     return {field.name for field in dataclasses.fields(job_hparams.HParams)
-            if not cli.is_option(field)}
+            if not is_option(field)}
 
 
 def test_every_hyper_parameter_is_a_flag_but_those_derived_on_purpose():

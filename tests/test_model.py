@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator import cifar10_model, cli, model_base
+from cifar10_estimator import cifar10_model, model_base
+from cifar10_estimator.cli.child_process import child_environment
 
 BATCH_NORM_DECAY = 0.9
 BATCH_NORM_EPSILON = 1e-5
@@ -308,7 +309,7 @@ def run_in_fresh_process(data_format, weights, tmp_path):
     if not weights_path.exists():
         np.savez(weights_path, **weights)
     # oneDNN kernels run NCHW convolution and pooling on the CPU; the stock ones do not.
-    environment = cli.child_environment({"TF_ENABLE_ONEDNN_OPTS": "1"})
+    environment = child_environment({"TF_ENABLE_ONEDNN_OPTS": "1"})
     process = subprocess.Popen(
         [sys.executable, __file__, data_format, str(weights_path), str(output_path)],
         env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

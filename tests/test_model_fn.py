@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import cifar10, cifar10_model, input_fn, model_fn
-from cifar10_estimator.training import area_resize, losses, precision, schedule
+from cifar10_estimator.settings import precision, schedule
+from cifar10_estimator.training import area_resize, losses
 from cifar10_estimator.distributed import local_cluster
 
 

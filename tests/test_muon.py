@@ -12,7 +12,8 @@ from cifar10_estimator import cifar10_model
 from cifar10_estimator import compute_accounting
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import model_fn
-from cifar10_estimator.training import muon, schedule
+from cifar10_estimator.training import muon
+from cifar10_estimator.settings import schedule
 
 from small_jobs import checkpoint_values, train
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.child_process import child_environment
 
 # What a child sees once it has imported the package and then TensorFlow.
 PROBE = ("import os, cifar10_estimator; from cifar10_estimator.machine import hardware; "
@@ -20,7 +20,7 @@ def probe(setting):
     if setting is not None:
         base["TF_ENABLE_ONEDNN_OPTS"] = setting
     result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                            env=cli.child_environment(base=base), timeout=120)
+                            env=child_environment(base=base), timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.split()
 

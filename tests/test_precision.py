@@ -13,7 +13,8 @@ from cifar10_estimator import input_fn, model_fn
 from cifar10_estimator import main as trainer
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.machine import hardware
-from cifar10_estimator.training import mixed_precision, precision
+from cifar10_estimator.settings import precision
+from cifar10_estimator.training import mixed_precision
 from cli_helpers import assert_one_line_error, run_module
 
 TRAINER = "cifar10_estimator.main"

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from cifar10_estimator import flags, main
-from cifar10_estimator.machine import hardware, precision_speed
-from cifar10_estimator.training import precision
+from cifar10_estimator.machine import hardware, measurement_cache, precision_speed
+from cifar10_estimator.settings import precision
 from cli_helpers import run_module
 
 BF16 = precision.policy("bf16")
@@ -23,11 +23,11 @@ def cache_home(tmp_path, monkeypatch):
 
 
 def write_cache(speeds):
-    path = precision_speed.cache_path()
+    path = measurement_cache.cache_path(precision_speed.CACHE_FILENAME)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as stream:
         json.dump({"format": precision_speed.CACHE_FORMAT,
-                   "machines": {precision_speed.machine_key(): speeds}}, stream)
+                   "machines": {measurement_cache.machine_key(): speeds}}, stream)
 
 
 def scripted_probe(rates):
@@ -66,18 +66,18 @@ def test_rounds_alternate_and_keep_each_precisions_best_then_the_cache_answers(c
     speeds = precision_speed.measured_speeds(BF16, make_probe)
     assert calls == ["fp32", "bf16", "bf16", "fp32", "fp32", "bf16"]
     assert (speeds["fp32"], speeds["bf16"]) == (640, 459)
-    with open(precision_speed.cache_path()) as stream:
-        cached = json.load(stream)["machines"][precision_speed.machine_key()]
+    with open(measurement_cache.cache_path(precision_speed.CACHE_FILENAME)) as stream:
+        cached = json.load(stream)["machines"][measurement_cache.machine_key()]
     assert (cached["fp32"], cached["bf16"]) == (640, 459)
     assert precision_speed.measured_speeds(BF16, never_measure)["bf16"] == 459
 
 
 def test_another_machine_in_the_cache_is_not_taken_for_this_one(cache_home):
     write_cache(SLOWER)
-    with open(precision_speed.cache_path()) as stream:
+    with open(measurement_cache.cache_path(precision_speed.CACHE_FILENAME)) as stream:
         content = json.load(stream)
     content["machines"] = {"another CPU": SLOWER}
-    with open(precision_speed.cache_path(), "w") as stream:
+    with open(measurement_cache.cache_path(precision_speed.CACHE_FILENAME), "w") as stream:
         json.dump(content, stream)
     make_probe, calls = scripted_probe({"fp32": [500] * 3, "bf16": [700] * 3})
     assert precision_speed.measured_speeds(BF16, make_probe)["bf16"] == 700

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator.training import progress as run_progress
-from cifar10_estimator.training import time_to_go
+from cifar10_estimator.run import progress as run_progress
+from cifar10_estimator.run import time_to_go
 from test_time_to_go import FakeClock
 
 

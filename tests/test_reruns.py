@@ -19,7 +19,7 @@ from cifar10_estimator import cifar10_model, flags, model_fn
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import main as trainer
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
-from cifar10_estimator.training import damaged_checkpoints, job_dir_lock, rerun_check
+from cifar10_estimator.run import damaged_checkpoints, job_dir_lock, rerun_check
 from cli_helpers import TENSORFLOW_CPP_LOG_LINE, assert_one_line_error, run_module
 from test_training import checkpoint_steps
 

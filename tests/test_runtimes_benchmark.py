@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from cifar10_estimator import cli
 from cifar10_estimator.benchmarks import runtimes as runtimes_benchmark
+from cifar10_estimator.cli.command import run_command
 
 pytest_plugins = ["trained_job"]
 
@@ -19,7 +19,7 @@ ROW = re.compile(r"^\| (\S+) \| ([^|]+) \| ([\d.]+) % \| ([+-][\d.]+) points \| 
 @pytest.mark.slow
 def test_prints_a_row_per_runtime_with_every_figure(trained_job, tmp_path, capsys):
     json_path = tmp_path / "runtimes.json"
-    status = cli.run_command(runtimes_benchmark.main, [
+    status = run_command(runtimes_benchmark.main, [
         "--job-dir", trained_job.job_dir, "--data-dir", trained_job.data_dir,
         "--work-dir", str(tmp_path / "work"), "--json", str(json_path)] + TINY_RUN)
 
@@ -45,7 +45,7 @@ def test_prints_a_row_per_runtime_with_every_figure(trained_job, tmp_path, capsy
 
 
 def test_a_job_dir_without_exports_is_one_line_and_status_1(tmp_path, tiny_data_dir, capsys):
-    status = cli.run_command(runtimes_benchmark.main, [
+    status = run_command(runtimes_benchmark.main, [
         "--job-dir", str(tmp_path), "--data-dir", str(tiny_data_dir)], prog="runtimes")
     error = capsys.readouterr().err
     assert status == 1

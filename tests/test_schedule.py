@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import schedule
 
 
 def rates(hparams, steps):

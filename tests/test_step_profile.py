@@ -1,4 +1,4 @@
-"""python -m cifar10_estimator.benchmarks.step_profile: kernel time by op type, for real.
+"""python -m tools.step_profile: kernel time by op type, for real.
 
 No speed is asserted: the figures depend on the machine and its load.
 """
@@ -9,7 +9,7 @@ import pytest
 
 from cli_helpers import assert_one_line_error, run_module
 
-MODULE = "cifar10_estimator.benchmarks.step_profile"
+MODULE = "tools.step_profile"
 ROW = re.compile(r"^\| (\S.*?) \| ([0-9.]+) \| ([0-9.]+) % \|$")
 
 
@@ -87,7 +87,7 @@ def test_a_bad_flag_is_one_line(flags, named):
 @pytest.mark.slow
 def test_a_muon_rate_makes_the_profiled_step_update_the_kernels_by_muon():
     import tensorflow as tf
-    from cifar10_estimator.benchmarks import step_profile
+    from tools import step_profile
     from cifar10_estimator.training import muon
     options = step_profile.StepProfileOptions(num_layers=8, batch_size=4,
                                               muon_learning_rate=0.06)

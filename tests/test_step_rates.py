@@ -1,4 +1,4 @@
-"""python -m cifar10_estimator.benchmarks.step_rates: steps of several sizes, alternated.
+"""python -m tools.step_rates: steps of several sizes, alternated.
 
 No speed is asserted: the figures depend on the machine and its load. What is checked is
 that each row's figures follow from its timings and the trainer's FLOP count.
@@ -14,7 +14,7 @@ from cifar10_estimator import cifar10_model
 from cifar10_estimator.machine import cpu_peak
 from cifar10_estimator.training import muon as muon_update
 
-MODULE = "cifar10_estimator.benchmarks.step_rates"
+MODULE = "tools.step_rates"
 RANGE = re.compile(r"^([0-9]+) \(([0-9]+)-([0-9]+)\)$")
 
 

@@ -1,5 +1,5 @@
 """What a run's steps took at each image size is kept per machine and rates the next run's
-phases (machine/step_speeds.py, training/time_to_go.py, main.make_run_progress)."""
+phases (machine/step_speeds.py, run/time_to_go.py, main.make_run_progress)."""
 
 import json
 import logging
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from cifar10_estimator import flags, main
-from cifar10_estimator.machine import precision_speed, step_speeds
-from cifar10_estimator.training import time_to_go
+from cifar10_estimator.machine import measurement_cache, step_speeds
+from cifar10_estimator.run import time_to_go
 
 from test_time_to_go import recipe_hparams, started_progress, train_steady
 
@@ -38,17 +38,17 @@ def test_a_record_is_read_back_for_the_same_step_only(cache_home):
         other = sprint_settings(*more).hparams
         assert step_speeds.recorded(other, 0, "channels_last") == {}
     assert step_speeds.recorded(hparams, 0, "channels_first") == {}
-    with open(precision_speed.cache_path(step_speeds.CACHE_FILENAME)) as stream:
+    with open(measurement_cache.cache_path(step_speeds.CACHE_FILENAME)) as stream:
         content = json.load(stream)
     assert content["format"] == step_speeds.CACHE_FORMAT
-    assert list(content["machines"]) == [precision_speed.machine_key()]
+    assert list(content["machines"]) == [measurement_cache.machine_key()]
 
 
 @pytest.mark.parametrize("content", ["not json", json.dumps({"format": "other/1"}),
                                      json.dumps({"format": step_speeds.CACHE_FORMAT,
                                                  "machines": ["a list"]})])
 def test_a_foreign_or_broken_cache_is_no_record_and_is_replaced(cache_home, content):
-    path = precision_speed.cache_path(step_speeds.CACHE_FILENAME)
+    path = measurement_cache.cache_path(step_speeds.CACHE_FILENAME)
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as stream:
         stream.write(content)

@@ -7,9 +7,9 @@ import pytest
 
 from cifar10_estimator import flags
 from cifar10_estimator import hparams as job_hparams
-from cifar10_estimator.benchmarks import time_to_go_errors
-from cifar10_estimator.training import schedule
-from cifar10_estimator.training import time_to_go
+from tools import time_to_go_errors
+from cifar10_estimator.settings import schedule
+from cifar10_estimator.run import time_to_go
 
 
 class FakeClock:

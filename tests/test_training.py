@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar10_estimator.training import job_dir_lock
+from cifar10_estimator.run import job_dir_lock
 from cli_helpers import run_module, start_module
 
 pytest_plugins = ["trained_job"]

@@ -16,13 +16,16 @@ import dataclasses
 import statistics
 import time
 
-from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import evaluate
 from cifar10_estimator.serving import options as shared
-from cifar10_estimator.training import precision
+from cifar10_estimator.settings import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,19 +34,19 @@ class EvaluationBenchmarkOptions:
 
     job_dir: str = shared.job_dir(required=True)
     data_dir: str = shared.data_dir(required=True)
-    subset: str = cli.option("validation", "Which examples to evaluate.",
-                             choices=["eval", "validation"])
-    rounds: int = cli.option(2, "Turns of each precision.", type=cli.positive_int)
-    batch_size: int = cli.option(
+    subset: str = option("validation", "Which examples to evaluate.",
+                         choices=["eval", "validation"])
+    rounds: int = option(2, "Turns of each precision.", type=positive_int)
+    batch_size: int = option(
         500, "Examples per batch (the budget recipe's --eval-batch-size).",
-        type=cli.positive_int)
+        type=positive_int)
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Time the trainer's evaluation of a checkpoint in float32 and in the "
                     "precision it trained in, taking turns.")
-    cli.add_options(parser, cli.option_fields(EvaluationBenchmarkOptions))
+    add_options(parser, option_fields(EvaluationBenchmarkOptions))
     return parser
 
 
@@ -58,8 +61,8 @@ def _evaluation_ways(hparams):
 
 
 def main(argv):
-    args = cli.parse(build_parser(), EvaluationBenchmarkOptions, argv)
-    cli.quiet_tensorflow_logs("3", "ERROR")
+    args = parse(build_parser(), EvaluationBenchmarkOptions, argv)
+    quiet_tensorflow_logs("3", "ERROR")
     hparams = job_hparams.load(args.job_dir)
     ways = _evaluation_ways(hparams)
     checkpoint = evaluate.resolve_checkpoint(args.job_dir)
@@ -93,7 +96,7 @@ def main(argv):
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main))
+    raise SystemExit(run_command(main))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10_estimator import cifar10
-from cifar10_estimator import cli
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import ArgumentParser, add_options, option, option_fields, parse
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.machine import alternating_rounds
 
@@ -202,28 +203,28 @@ def _int_at_least(minimum):
 class InputBenchmarkOptions:
     """The command line: the train file, and how much to time."""
 
-    data_dir: typing.Optional[str] = cli.option(
+    data_dir: typing.Optional[str] = option(
         None, "directory with train.tfrecords (default: %d synthetic examples in a temporary "
               "directory)" % SYNTHETIC_NUM_EXAMPLES)
-    batch_size: int = cli.option(128, "examples per batch (default 128)",
-                                 type=_int_at_least(1))
-    num_batches: int = cli.option(200, "batches timed per pipeline and round (default 200)",
-                                  type=_int_at_least(1))
-    rounds: int = cli.option(5, "alternating rounds (default 5)", type=_int_at_least(1))
-    warmup_batches: int = cli.option(
+    batch_size: int = option(128, "examples per batch (default 128)",
+                             type=_int_at_least(1))
+    num_batches: int = option(200, "batches timed per pipeline and round (default 200)",
+                              type=_int_at_least(1))
+    rounds: int = option(5, "alternating rounds (default 5)", type=_int_at_least(1))
+    warmup_batches: int = option(
         20, "untimed batches before each measurement (default 20)", type=_int_at_least(0))
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Examples/sec of Cifar10DataSet versus the original tutorial's pipeline, "
                     "on the same train file.")
-    cli.add_options(parser, cli.option_fields(InputBenchmarkOptions))
+    add_options(parser, option_fields(InputBenchmarkOptions))
     return parser
 
 
 def main(argv):
-    args = cli.parse(build_parser(), InputBenchmarkOptions, argv)
+    args = parse(build_parser(), InputBenchmarkOptions, argv)
     if args.data_dir is not None:
         return _compare_and_print(args.data_dir, args)
     with tempfile.TemporaryDirectory(prefix="cifar10_input_benchmark_") as data_dir:
@@ -257,7 +258,7 @@ def _compare_and_print(data_dir, args):
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main))
+    raise SystemExit(run_command(main))
 
 
 if __name__ == "__main__":

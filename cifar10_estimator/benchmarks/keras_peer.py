@@ -31,9 +31,9 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10
 from cifar10_estimator import cifar10_model
-from cifar10_estimator import cli
+from cifar10_estimator.cli.options import add_options, option, option_fields, parse
 from cifar10_estimator.hparams import DEFAULTS, HParams
-from cifar10_estimator.training import schedule as run_schedule
+from cifar10_estimator.settings import schedule as run_schedule
 
 RESULT_PREFIX = "BENCHMARK_RESULT "
 # The trainer's --precision values Keras has a policy for.
@@ -169,23 +169,23 @@ def train_with_fit(data_dir, num_layers, batch_size, num_steps, log_every_n_step
 class KerasPeerOptions:
     """The command line the benchmark gives this child process."""
 
-    data_dir: str = cli.option(None, None, required=True)
-    num_layers: int = cli.option(20, None, type=int)
-    batch_size: int = cli.option(128, None, type=int)
-    steps: int = cli.option(130, None, type=int)
-    precision: str = cli.option("fp32", None, choices=sorted(KERAS_POLICIES))
+    data_dir: str = option(None, None, required=True)
+    num_layers: int = option(20, None, type=int)
+    batch_size: int = option(128, None, type=int)
+    steps: int = option(130, None, type=int)
+    precision: str = option("fp32", None, choices=sorted(KERAS_POLICIES))
 
 
 def build_parser():
     # argparse's own parser: a child process of the benchmark exits on a bad flag.
     parser = argparse.ArgumentParser(
         description="Steady-state examples/sec of the ResNet under Keras model.fit.")
-    cli.add_options(parser, cli.option_fields(KerasPeerOptions))
+    add_options(parser, option_fields(KerasPeerOptions))
     return parser
 
 
 def main(argv):
-    args = cli.parse(build_parser(), KerasPeerOptions, argv)
+    args = parse(build_parser(), KerasPeerOptions, argv)
     result = train_with_fit(args.data_dir, args.num_layers, args.batch_size, args.steps,
                             precision=args.precision)
     print(RESULT_PREFIX + json.dumps(result), flush=True)

@@ -31,7 +31,11 @@ import tempfile
 import time
 import typing
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.command import invoked_program, run_command
+from cifar10_estimator.cli.markdown import markdown_table
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import options as shared
 
@@ -70,37 +74,37 @@ class RuntimeResult:
 class RuntimesOptions:
     """The command line: the job and its data, where to convert, how much to time."""
 
-    job_dir: str = cli.option(
+    job_dir: str = option(
         None, "a job dir (its newest export under export/best, else export/latest), or an "
               "export", required=True)
     # The eval subset is the test set; validation images calibrate int8.
     data_dir: str = shared.data_dir(required=True)
-    work_dir: typing.Optional[str] = cli.option(
+    work_dir: typing.Optional[str] = option(
         None, "where the converted files are written and kept (default: a temporary "
               "directory, removed afterwards)", metavar="DIR")
-    rounds: int = cli.option(3, "timing rounds (default 3)", type=cli.positive_int)
-    latency_images: int = cli.option(
+    rounds: int = option(3, "timing rounds (default 3)", type=positive_int)
+    latency_images: int = option(
         200, "timed calls on one image per runtime and round (default 200)",
-        type=cli.positive_int)
-    throughput_batches: int = cli.option(
+        type=positive_int)
+    throughput_batches: int = option(
         10, "timed calls on %d images per runtime and round (default 10)" % BATCH_SIZE,
-        type=cli.positive_int)
-    threads: typing.Optional[int] = cli.option(
+        type=positive_int)
+    threads: typing.Optional[int] = option(
         None, "threads of every runtime (default: one per CPU this process may use)",
-        type=cli.positive_int, metavar="N")
-    calibration_images: typing.Optional[int] = cli.option(
+        type=positive_int, metavar="N")
+    calibration_images: typing.Optional[int] = option(
         None, "validation images that calibrate int8 (default: convert's)",
-        type=cli.positive_int, metavar="N")
-    json: typing.Optional[str] = cli.option(
+        type=positive_int, metavar="N")
+    json: typing.Optional[str] = option(
         None, "also write the results as JSON here", metavar="PATH")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Test accuracy, agreement with the SavedModel, size, latency and "
                     "throughput of a job's export as a SavedModel, float and int8 "
                     "TensorFlow Lite and ONNX files, each in its own runtime.")
-    cli.add_options(parser, cli.option_fields(RuntimesOptions))
+    add_options(parser, option_fields(RuntimesOptions))
     return parser
 
 
@@ -252,7 +256,7 @@ def markdown(results, facts, command, args):
         "the CPU time" % (facts["load_average_start"], facts["load_average_end"],
                           "unknown" if share is None else "%.0f %%" % (100 * share)),
         "",
-        cli.markdown_table(
+        markdown_table(
             ["Model", "Runtime", "Test accuracy", "vs SavedModel",
              "Top-1 agreement with the SavedModel", "Size", "Latency, batch 1",
              "Throughput, batch %d" % BATCH_SIZE],
@@ -267,9 +271,9 @@ def markdown(results, facts, command, args):
 
 
 def main(argv):
-    args = cli.parse(build_parser(), RuntimesOptions, argv)
-    cli.quiet_tensorflow_logs("2", "ERROR")
-    command = " ".join([cli.invoked_program()] + [shlex.quote(arg) for arg in argv])
+    args = parse(build_parser(), RuntimesOptions, argv)
+    quiet_tensorflow_logs("2", "ERROR")
+    command = " ".join([invoked_program()] + [shlex.quote(arg) for arg in argv])
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_runtimes_")
     os.makedirs(work_dir, exist_ok=True)
     try:
@@ -290,7 +294,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(cli.run_command(main))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

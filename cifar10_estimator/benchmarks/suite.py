@@ -38,9 +38,12 @@ import tempfile
 import time
 import typing
 
-from cifar10_estimator import cli
 from cifar10_estimator import files
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.cli.command import invoked_program, run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           option_per_value, parse)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 JSON_FILENAME = "benchmark.json"
@@ -126,50 +129,50 @@ MODES = {
 class SuiteOptions:
     """The command line: how much to measure, and where the results and scratch files go."""
 
-    mode: str = cli.option_per_value("quick", {
+    mode: str = option_per_value("quick", {
         "smoke": "check the machinery in under a minute (ResNet-8, tiny data)",
         "quick": "ResNet-20, full-size data, a few minutes (default)",
         "full": "ResNet-20 and ResNet-44, more steps and rounds, tens of minutes"})
-    num_layers: typing.Optional[list] = cli.option(
+    num_layers: typing.Optional[list] = option(
         None, "ResNet depths to train (6n+2) instead of the mode's",
         type=job_hparams.resnet_depth, nargs="+", metavar="N")
-    output_dir: str = cli.option(
+    output_dir: str = option(
         "benchmark_results", "where benchmark.json and benchmark.md are written (default: "
                              "%(default)s)", metavar="DIR")
-    work_dir: typing.Optional[str] = cli.option(
+    work_dir: typing.Optional[str] = option(
         None, "scratch space for the archive, TFRecords and jobs, about 1 GB (default: a "
               "temporary directory, removed afterwards)", metavar="DIR")
-    sections: list = cli.option(
+    sections: list = option(
         list(SECTIONS), "measure only these sections: %s (default: all); training also "
                         "counts the FLOPs its GFLOP/s come from" % ", ".join(SECTIONS),
         choices=SECTIONS, nargs="+", metavar="SECTION")
-    runs: typing.Optional[list] = cli.option(
+    runs: typing.Optional[list] = option(
         None, "train only these runs (default: all); a ratio is reported where both of its "
               "runs trained: %s" % ", ".join(RUN_NAMES), choices=RUN_NAMES, nargs="+",
         metavar="RUN")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Measure input, training and conversion throughput on this "
                                "machine and write benchmark.json and benchmark.md.")
-    cli.add_options(parser, cli.option_fields(SuiteOptions))
+    add_options(parser, option_fields(SuiteOptions))
     return parser
 
 
 def main(argv):
-    args = cli.parse(build_parser(), SuiteOptions, argv)
+    args = parse(build_parser(), SuiteOptions, argv)
     if args.runs and "training" not in args.sections:
         raise UsageError("--runs picks training runs: add training to --sections")
     # `kill` must not leave paused trainers and the work directory behind: SIGTERM
     # unwinds like Ctrl-C, through the clean-up below and in training.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # Graph building for the FLOPs count logs notices that are not the benchmark's.
-    cli.quiet_tensorflow_logs("1", "ERROR")
+    quiet_tensorflow_logs("1", "ERROR")
     mode = MODES[args.mode]
     if args.num_layers:
         mode = dataclasses.replace(mode, depths=tuple(args.num_layers))
-    command = " ".join([cli.invoked_program()] + [shlex.quote(arg) for arg in argv])
+    command = " ".join([invoked_program()] + [shlex.quote(arg) for arg in argv])
     os.makedirs(args.output_dir, exist_ok=True)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="cifar10_benchmark_")
     os.makedirs(work_dir, exist_ok=True)
@@ -178,14 +181,14 @@ def main(argv):
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
-    from cifar10_estimator.benchmarks import markdown
+    from cifar10_estimator.benchmarks import suite_report
 
     json_path = os.path.join(args.output_dir, JSON_FILENAME)
     markdown_path = os.path.join(args.output_dir, MARKDOWN_FILENAME)
     files.write_json(json_path, results)
     with files.written_whole(markdown_path) as temporary, open(temporary, "w") as stream:
-        stream.write(markdown.markdown(results))
-    print(markdown.summary(results))
+        stream.write(suite_report.markdown(results))
+    print(suite_report.summary(results))
     print("wrote %s and %s" % (json_path, markdown_path))
 
 
@@ -344,7 +347,7 @@ def flops_section(mode):
 def precisions_measured():
     """{precision: 'measured' or why not} for the precisions beyond fp32."""
     from cifar10_estimator.machine import hardware
-    from cifar10_estimator.training import precision
+    from cifar10_estimator.settings import precision
 
     cpu_flags, onednn_enabled = hardware.cpu_flags(), hardware.onednn_enabled()
     bf16_reason = precision.unsupported_reason(
@@ -502,5 +505,5 @@ def _training_comparisons(results, depth, add):
 
 
 def console_main():
-    sys.exit(cli.run_command(main))
+    sys.exit(run_command(main))
 

@@ -31,9 +31,9 @@ import tempfile
 import threading
 import time
 
-from cifar10_estimator import cli
-from cifar10_estimator.benchmarks import keras_peer
 from cifar10_estimator.benchmarks import host
+from cifar10_estimator.benchmarks import keras_peer
+from cifar10_estimator.cli.child_process import child_environment
 from cifar10_estimator.errors import Cifar10EstimatorError, stopped_exit_status
 from cifar10_estimator.machine import alternating_rounds
 
@@ -315,7 +315,7 @@ def measure_interleaved(runs, data_dir, work_dir, warmup_steps, timed_steps, rep
                                timed_steps)
              for run, job_dir in zip(runs, job_dirs)]
     interleaving = _Interleaving(
-        runs, argvs, [cli.child_environment(dict(run.extra_env)) for run in runs], log_paths)
+        runs, argvs, [child_environment(dict(run.extra_env)) for run in runs], log_paths)
 
     def turn_of(index):
         return lambda: interleaving.take_turn(index, runs[index].batch_size)

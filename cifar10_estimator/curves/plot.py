@@ -15,8 +15,10 @@ import os
 import textwrap
 import typing
 
-from cifar10_estimator import cli
 from cifar10_estimator import files
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import ArgumentParser, add_options, option, option_fields, parse
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.curves import runs as job_runs
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.training import compute
@@ -41,35 +43,35 @@ LEARNING_RATE_LABEL = "learning rate"
 class CurvesOptions:
     """The command line: the runs, the PNG, and what the figure shows."""
 
-    job_dirs: list = cli.option(
+    job_dirs: list = option(
         None, "Job directories written by python -m cifar10_estimator.main.",
         positional=True, nargs="+", metavar="JOB")
-    output: str = cli.option(
+    output: str = option(
         None, "The PNG file to write (replaced if it exists).", required=True, metavar="PNG")
-    reference: list = cli.option(
+    reference: list = option(
         [], "A horizontal line at an accuracy, e.g. a longer run's test accuracy to compare "
             "with (may be repeated).",
         nargs=2, action="append", metavar=("PERCENT", "LABEL"))
-    accuracy_min: typing.Optional[float] = cli.option(
+    accuracy_min: typing.Optional[float] = option(
         None, "The lowest accuracy the upper panel shows (default: the lowest point), to "
               "look closely at the end of the runs.",
         type=float, metavar="PERCENT")
-    x_axis: str = cli.option(
+    x_axis: str = option(
         "epochs", "epochs of the training set, minutes since each run started (time to "
                   "accuracy; the test result is drawn as a star where the run wrote it, at "
                   "the end of the whole command), or TFLOP of training as the trainer counts "
                   "them (compute to accuracy, the same on every machine).",
         choices=sorted(X_AXIS_LABELS))
-    title: typing.Optional[str] = cli.option(None, "The figure's title.")
+    title: typing.Optional[str] = option(None, "The figure's title.")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Draw the accuracy of the evaluations during training (on the "
                     "validation set, or on the test set for a job without one) and the "
                     "learning rate of training runs against epochs, from their job "
                     "directories' event files, into a PNG.")
-    cli.add_options(parser, cli.option_fields(CurvesOptions))
+    add_options(parser, option_fields(CurvesOptions))
     return parser
 
 
@@ -164,7 +166,7 @@ def save_png(fig, path):
 
 
 def main(argv):
-    args = cli.parse(build_parser(), CurvesOptions, argv)
+    args = parse(build_parser(), CurvesOptions, argv)
     references = []
     for percent, label in args.reference:
         try:
@@ -173,7 +175,7 @@ def main(argv):
             raise UsageError("--reference %s %s: the first value must be a percentage, "
                              "e.g. 86.97" % (percent, label))
     pyplot = _pyplot()
-    cli.quiet_tensorflow_logs("3", "ERROR")
+    quiet_tensorflow_logs("3", "ERROR")
     runs = [job_runs.read_run(job_dir) for job_dir in args.job_dirs]
     labels = job_runs.labels(runs)
     fig = figure(pyplot, runs, labels, references, args.title, args.accuracy_min, args.x_axis)
@@ -191,4 +193,4 @@ def main(argv):
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main))
+    raise SystemExit(run_command(main))

@@ -8,9 +8,10 @@ import typing
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import report
-from cifar10_estimator.cli import flag_of, option_fields
+from cifar10_estimator.cli.options import flag_of, option_fields
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import evaluation_dirs, schedule
+from cifar10_estimator.run import evaluation_dirs
+from cifar10_estimator.settings import schedule
 
 # Where the trainer writes what is drawn: the evaluations during training on the
 # validation set, or where there are none on the test set (evaluation_dirs), and in the

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.terminal import is_terminal
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 CHUNK_BYTES = 1 << 16
@@ -206,7 +206,7 @@ class _Progress:
     def __init__(self, stream, url, total_bytes, done_bytes):
         self._stream = stream
         self._total_bytes = total_bytes
-        self._interactive = cli.is_terminal(stream)
+        self._interactive = is_terminal(stream)
         self._percent_step = 1 if self._interactive else 10
         self._last_step = self._step(done_bytes)
         size = _megabytes(total_bytes) if total_bytes is not None else "size unknown"

@@ -22,11 +22,12 @@ import tarfile
 import numpy as np
 
 from cifar10_estimator import files
-from cifar10_estimator.data import cifar10_facts
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
 from cifar10_estimator.data import cifar10_archive
+from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
-from cifar10_estimator.cli import (ArgumentParser, add_options, option, option_fields, parse,
-                                   positive_int, run_command)
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 DEFAULT_IMAGES_PER_BATCH = 200

@@ -1,5 +1,5 @@
 """TF_CONFIG clusters: the task this process runs, the ps watchdog, the chief's wait for the
 evaluator's final result, the local launcher.
 
-The evaluator task's loop is checkpoint_evaluation.evaluate_until_final.
+The evaluator task's loop is evaluator.evaluate_until_final.
 """

@@ -18,9 +18,9 @@ import time
 
 from cifar10_estimator import report
 from cifar10_estimator.distributed import cluster
-from cifar10_estimator.training import console
+from cifar10_estimator.run import console
 
-# As often as the evaluator looks for a new checkpoint (checkpoint_evaluation).
+# As often as the evaluator looks for a new checkpoint (evaluator.CHECKPOINT_POLL_SECS).
 POLL_SECS = 2
 
 

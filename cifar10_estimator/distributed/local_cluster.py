@@ -26,15 +26,16 @@ import sys
 import threading
 import time
 
-from cifar10_estimator import cli
 from cifar10_estimator import flags as trainer_flags
+from cifar10_estimator.cli.child_process import child_environment
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_float,
+                                           non_negative_int, option, option_fields, parse,
+                                           positive_float, positive_int)
 from cifar10_estimator.distributed import cluster
+from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.machine import gpu_devices
 from cifar10_estimator.machine import hardware
-from cifar10_estimator.cli import (ArgumentParser, add_options, non_negative_float,
-                                   non_negative_int, option, option_fields, parse,
-                                   positive_float, positive_int, run_command)
-from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
 HOST = "127.0.0.1"
 TRAINER_MODULE = "cifar10_estimator.main"
@@ -144,12 +145,12 @@ def trainer_command(trainer_args):
 def task_environment(cluster_spec, task, base_environment=None, gpus=None,
                      tf_config_environment=None):
     """Environment of a task: TF_CONFIG (with tf_config_environment as its "environment"
-    where given), this copy of the package first on the path (cli.child_environment), and
+    where given), this copy of the package first on the path (cli.child_process), and
     where `gpus` is given, CUDA_VISIBLE_DEVICES naming them (task_gpus; '' for none)."""
     variables = {"TF_CONFIG": tf_config(cluster_spec, task, tf_config_environment)}
     if gpus is not None:
         variables[gpu_devices.CUDA_VISIBLE_DEVICES] = gpus
-    return cli.child_environment(variables, base=base_environment)
+    return child_environment(variables, base=base_environment)
 
 
 def task_gpus(tasks, num_gpus, evaluator_gpus, visible_gpus):

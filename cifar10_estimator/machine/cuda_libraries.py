@@ -41,7 +41,10 @@ import struct
 import subprocess
 import sys
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.child_process import child_environment
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import ArgumentParser
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 
@@ -308,7 +311,7 @@ def loadable_cudnn(soname, tensorflow_wheel_dirs, ld_library_path):
     """
     user_dirs = [directory for directory in (ld_library_path or "").split(os.pathsep)
                  if directory]
-    environment = cli.child_environment(
+    environment = child_environment(
         {"LD_LIBRARY_PATH": os.pathsep.join(user_dirs + list(tensorflow_wheel_dirs))})
     try:
         child = subprocess.run([sys.executable, "-c", _PRINT_OPENED_CUDNN, soname],
@@ -522,7 +525,7 @@ def driver_line(tensorflow_cc):
 
 
 def build_parser():
-    return cli.ArgumentParser(
+    return ArgumentParser(
         description="Which CUDA libraries TensorFlow opens here, from where, and whether "
                     "their versions agree with their wheels, TensorFlow's pins of them and "
                     "what TensorFlow was built with; no GPU needed. Exit status 0 when every "
@@ -531,7 +534,7 @@ def build_parser():
 
 def main(argv):
     build_parser().parse_args(argv)
-    cli.quiet_tensorflow_logs("3", "ERROR")
+    quiet_tensorflow_logs("3", "ERROR")
     build = tensorflow_build()
     expects = tensorflow_expects(build)
     print("TensorFlow %s, built with CUDA %s and cuDNN %s (%s); each library opened by "
@@ -555,7 +558,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(cli.run_command(main))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,14 @@ import time
 import typing
 
 import cifar10_estimator
-from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.cli.command import invoked_program, run_command
+from cifar10_estimator.cli.markdown import markdown_table
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.machine import cuda_libraries
-from cifar10_estimator.training import precision
+from cifar10_estimator.settings import precision
 
 
 # Timed steps on GPUs; without a GPU, a batch and a number of timed steps that make the
@@ -38,27 +42,27 @@ CPU_STEPS = 5
 class GpuCheckOptions:
     """The command line: the model trained and how long it is timed."""
 
-    num_layers: int = cli.option(
+    num_layers: int = option(
         job_hparams.DEFAULTS.num_layers, "ResNet depth, 6n+2 (default %d, the trainer's)."
                                          % job_hparams.DEFAULTS.num_layers,
         type=job_hparams.resnet_depth, metavar="L")
-    batch_size_per_tower: typing.Optional[int] = cli.option(
+    batch_size_per_tower: typing.Optional[int] = option(
         None, "Synthetic examples a tower trains on each step (default %d, the trainer's "
               "batch, on GPUs; %d on logical CPU devices)."
               % (job_hparams.DEFAULTS.train_batch_size, CPU_BATCH_SIZE_PER_TOWER),
-        type=cli.positive_int)
-    precision: str = cli.option("fp32", "What training computes in (the trainer's "
+        type=positive_int)
+    precision: str = option("fp32", "What training computes in (the trainer's "
                                         "--precision).", choices=precision.PRECISIONS)
-    warmup_steps: int = cli.option(
+    warmup_steps: int = option(
         10, "Steps before the timed ones (graph optimisation, cuDNN's choice of "
             "algorithms and any kernel compiled from PTX fall in them; the first also "
-            "says where each op ran).", type=cli.positive_int)
-    steps: typing.Optional[int] = cli.option(
+            "says where each op ran).", type=positive_int)
+    steps: typing.Optional[int] = option(
         None, "Timed steps (default %d on GPUs, %d on logical CPU devices)."
-              % (GPU_STEPS, CPU_STEPS), type=cli.positive_int)
-    num_cpu_towers: int = cli.option(
+              % (GPU_STEPS, CPU_STEPS), type=positive_int)
+    num_cpu_towers: int = option(
         2, "Without a GPU: the logical CPU devices it trains on instead.",
-        type=cli.positive_int, metavar="K")
+        type=positive_int, metavar="K")
 
 
 # A PTX-compiled GPU: what TensorFlow 2.15 warns at start-up ("CUDA kernels will be
@@ -207,7 +211,7 @@ def machine_lines(machine, num_cpu_towers):
                       "path works, not how fast a GPU is." % num_cpu_towers]
         return lines
     archs = info.get("cuda_compute_capabilities", [])
-    lines += ["", cli.markdown_table(
+    lines += ["", markdown_table(
         ["GPU", "name", "compute capability", "TensorFlow's kernels"],
         [["GPU:%d" % index, gpu.name, "%d.%d" % tuple(gpu.compute_capability),
           kernel_source(gpu.compute_capability, archs)[0]]
@@ -265,8 +269,8 @@ def runs_lines(runs, on_gpus):
                                for device, count in sorted(run.ops_per_device.items())),
                      memory])
     kind = "GPU" if on_gpus else "logical CPU device"
-    lines = [cli.markdown_table(["%ss" % kind, "examples/sec", "examples/sec per %s" % kind,
-                                 "ops placed", "peak memory"], rows)]
+    lines = [markdown_table(["%ss" % kind, "examples/sec", "examples/sec per %s" % kind,
+                             "ops placed", "peak memory"], rows)]
     if len(runs) > 1:
         many, one = runs[-1], runs[0]
         lines += ["", "%d %ss / 1 %s: %.2fx (%dx would be perfect%s)." % (
@@ -374,17 +378,17 @@ def device_counts(num_devices):
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="What TensorFlow sees (GPUs, CUDA, cuDNN) and a few synthetic training "
                     "steps of the trainer's model on one GPU and on all: a report to paste "
                     "into a bug. Without a GPU it trains on logical CPU devices.")
-    cli.add_options(parser, cli.option_fields(GpuCheckOptions))
+    add_options(parser, option_fields(GpuCheckOptions))
     return parser
 
 
 def main(argv):
-    options = cli.parse(build_parser(), GpuCheckOptions, argv)
-    cli.quiet_tensorflow_logs("1", "ERROR")
+    options = parse(build_parser(), GpuCheckOptions, argv)
+    quiet_tensorflow_logs("1", "ERROR")
     from cifar10_estimator import model_fn  # lazy: loads TensorFlow, once its logs are quiet
     from cifar10_estimator.training import mixed_precision
     # As the trainer does: fp32 is float32 throughout, tf32 asks for TF32 (the report's
@@ -398,7 +402,7 @@ def main(argv):
     layouts = [model_fn.TowerLayout.for_devices(count if on_gpus else 0, count)
                for count in device_counts(len(machine.gpus) or options.num_cpu_towers)]
     print("# GPU check of cifar10_estimator\n\n    %s\n" % " ".join(
-        [cli.invoked_program()] + list(argv)))
+        [invoked_program()] + list(argv)))
     print("\n".join(machine_lines(machine, options.num_cpu_towers)))
     print("\nTraining: the trainer's model_fn, ResNet-%d, %s, %s, variables on the CPU, "
           "synthetic batches of %d per tower; steps: %d warm-up, then %d timed.\n"
@@ -413,7 +417,7 @@ def main(argv):
 
 
 def console_main():
-    sys.exit(cli.run_command(main))
+    sys.exit(run_command(main))
 
 
 if __name__ == "__main__":

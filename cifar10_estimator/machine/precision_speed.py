@@ -7,22 +7,19 @@ docs/precision.md). No table of CPU kinds stays true, so the trainer measures: a
 training steps of a small ResNet with the same convolutions, in float32 and in the asked
 precision in alternating rounds (alternating_rounds), once per machine (CPU, instruction
 flags, TensorFlow version, oneDNN), and keeps each one's best round in the user's cache
-($XDG_CACHE_HOME/cifar10_estimator/precision_speed.json). The run goes on in the asked
-precision either way; a slower one gets one warning line at start.
+(measurement_cache: $XDG_CACHE_HOME/cifar10_estimator/precision_speed.json). The run goes
+on in the asked precision either way; a slower one gets one warning line at start.
 """
 
 import contextlib
 import datetime
-import json
-import os
 import time
 
 import numpy as np
 import tensorflow as tf
 
 from cifar10_estimator.machine import alternating_rounds
-from cifar10_estimator.machine import hardware
-from cifar10_estimator import files
+from cifar10_estimator.machine import measurement_cache
 
 CACHE_FORMAT = "cifar10_estimator.precision_speed/1"
 CACHE_FILENAME = "precision_speed.json"
@@ -33,38 +30,6 @@ PROBE_BATCH_SIZE = 64
 PROBE_WARMUP_STEPS = 3
 PROBE_STEPS_PER_ROUND = 8
 PROBE_ROUNDS = 3
-
-
-def cache_path(filename=CACHE_FILENAME):
-    """Where measured speeds are kept, per user (machine/step_speeds keeps its own file
-    beside this one)."""
-    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache")
-    return os.path.join(cache_home, "cifar10_estimator", filename)
-
-
-def machine_key():
-    """What the speeds depend on: CPU, its bf16 instructions, TensorFlow and oneDNN."""
-    first = hardware.first_cpu()
-    flags = sorted(hardware.flags_of(first) & {
-        "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_tile", "avx512f", "avx2"})
-    return "%s | family %s model %s | %s | TensorFlow %s | oneDNN %s" % (
-        first.get("model name", "unknown CPU"), first.get("cpu family", "?"),
-        first.get("model", "?"), " ".join(flags), tf.__version__,
-        "on" if hardware.onednn_enabled() else "off")
-
-
-def read_cache(path, cache_format=CACHE_FORMAT):
-    """{machine key: what was measured there} of a cache file of `cache_format`; {} for a
-    missing, unreadable or foreign one, which is measured anew."""
-    try:
-        with open(path) as stream:
-            content = json.load(stream)
-        if content.get("format") == cache_format and isinstance(content["machines"], dict):
-            return content["machines"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return {}
 
 
 def measured_speeds(precision_policy, make_probe=None):
@@ -80,18 +45,17 @@ def measured_speeds(precision_policy, make_probe=None):
     Returns:
       dict with fp32 and the policy's name -> examples/sec, and "measured" (the date).
     """
-    path = cache_path()
-    machines = read_cache(path)
-    key = machine_key()
+    path = measurement_cache.cache_path(CACHE_FILENAME)
+    machines = measurement_cache.read_cache(path, CACHE_FORMAT)
+    key = measurement_cache.machine_key()
     speeds = machines.get(key, {})
     if precision_policy.name not in speeds or "fp32" not in speeds:
-        from cifar10_estimator.training import precision
+        from cifar10_estimator.settings import precision
         speeds = _measure_alternately([precision.policy("fp32"), precision_policy],
                                       make_probe or TrainingProbe)
         speeds["measured"] = datetime.date.today().isoformat()
         machines[key] = speeds
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        files.write_json(path, {"format": CACHE_FORMAT, "machines": machines})
+        measurement_cache.write_cache(path, CACHE_FORMAT, machines)
     return speeds
 
 
@@ -110,7 +74,7 @@ def fastest_precision(num_gpus, cpu_flags, onednn_enabled, make_probe=None,
       make_probe: as for measured_speeds.
       gpu_compute_capabilities: (major, minor) of each GPU used.
     """
-    from cifar10_estimator.training import precision
+    from cifar10_estimator.settings import precision
     prefix = "--precision %s: " % precision.AUTO
     if num_gpus:
         name, why = precision.auto_on_gpus(gpu_compute_capabilities)
@@ -166,7 +130,7 @@ def slower_than_fp32_warning(precision_policy, speeds):
             "%.0f against %.0f examples/sec, ResNet-%d probe; figures in %s): use --precision "
             "fp32 here" % (precision_policy.name, ratio, speeds.get("measured", "earlier"),
                            speeds[precision_policy.name], speeds["fp32"], PROBE_NUM_LAYERS,
-                           cache_path()))
+                           measurement_cache.cache_path(CACHE_FILENAME)))
 
 
 class TrainingProbe:

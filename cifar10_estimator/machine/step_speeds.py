@@ -6,7 +6,7 @@ and precision more than any one rule holds (the sprint recipe's 32-pixel step co
 times its 16-pixel one on a Zen 4 in bf16, 5.1 times on a Zen 3 in fp32: docs/training.md),
 and a run's first phase cannot tell. So a run on one machine keeps the seconds each of its
 image sizes' steps took, and the next run of the same step on the same machine (CPU,
-TensorFlow, oneDNN: precision_speed.machine_key) rates its phases from them. Kept in the
+TensorFlow, oneDNN: measurement_cache.machine_key) rates its phases from them. Kept in the
 user's cache beside the precision probe's ($XDG_CACHE_HOME/cifar10_estimator/
 step_speeds.json); a missing or foreign file is only a missing record. A run whose
 machine's load changed between its phases gives none to keep
@@ -19,7 +19,7 @@ import os
 
 from cifar10_estimator import files
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.machine import precision_speed
+from cifar10_estimator.machine import measurement_cache
 
 CACHE_FORMAT = "cifar10_estimator.step_speeds/1"
 CACHE_FILENAME = "step_speeds.json"
@@ -38,9 +38,9 @@ def step_key(hparams, num_gpus, data_format):
 def recorded(hparams, num_gpus, data_format):
     """{image side: seconds a global step took} recorded for this step on this machine
     ({} if none)."""
-    machines = precision_speed.read_cache(precision_speed.cache_path(CACHE_FILENAME),
-                                          CACHE_FORMAT)
-    steps = machines.get(precision_speed.machine_key(), {})
+    machines = measurement_cache.read_cache(measurement_cache.cache_path(CACHE_FILENAME),
+                                            CACHE_FORMAT)
+    steps = machines.get(measurement_cache.machine_key(), {})
     sides = steps.get(step_key(hparams, num_gpus, data_format), {}) if isinstance(
         steps, dict) else {}
     try:
@@ -57,9 +57,9 @@ def record(hparams, num_gpus, data_format, step_secs):
     (--skip-learned) cost less than the step, so they are not kept."""
     if not step_secs or hparams.skip_learned:
         return
-    path = precision_speed.cache_path(CACHE_FILENAME)
-    machines = precision_speed.read_cache(path, CACHE_FORMAT)
-    steps = machines.setdefault(precision_speed.machine_key(), {})
+    path = measurement_cache.cache_path(CACHE_FILENAME)
+    machines = measurement_cache.read_cache(path, CACHE_FORMAT)
+    steps = machines.setdefault(measurement_cache.machine_key(), {})
     entry = steps.setdefault(step_key(hparams, num_gpus, data_format), {})
     sides = entry.get("step_secs") if isinstance(entry.get("step_secs"), dict) else {}
     sides.update({str(side): round(secs, 6) for side, secs in step_secs.items()})

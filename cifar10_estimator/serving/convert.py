@@ -31,9 +31,10 @@ import typing
 import numpy as np
 
 from cifar10_estimator import files
-from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, option,
-                                   option_fields, parse, positive_int, quiet_tensorflow_logs,
-                                   run_command, stderr_dropped_on_success)
+from cifar10_estimator.cli.command import first_line, run_command, stderr_dropped_on_success
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import export_dirs

@@ -23,11 +23,12 @@ import typing
 
 import numpy as np
 
-from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator import files
-from cifar10_estimator.cli import (ArgumentParser, add_options, first_line,
-                                   invoked_program, option, option_fields, parse,
-                                   positive_int, quiet_tensorflow_logs, run_command)
+from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.cli.command import first_line, invoked_program, run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.machine import gpu_devices
@@ -68,7 +69,7 @@ def build_parser():
 def resolve_checkpoint(job_dir, checkpoint=None):
     """The checkpoint prefix to evaluate: `checkpoint`, or the newest in job_dir that reads.
 
-    Where newer ones do not read (training.damaged_checkpoints), one line on stderr names
+    Where newer ones do not read (run.damaged_checkpoints), one line on stderr names
     them and the one evaluated instead; the job dir is left as it is.
 
     Args:
@@ -80,7 +81,7 @@ def resolve_checkpoint(job_dir, checkpoint=None):
       Cifar10EstimatorError: there is no such checkpoint, or it (every one) cannot be read.
     """
     import tensorflow as tf  # lazy: keeps evaluate's --help and flag errors fast
-    from cifar10_estimator.training import damaged_checkpoints
+    from cifar10_estimator.run import damaged_checkpoints
     if checkpoint is None or tf.io.gfile.isdir(checkpoint):
         directory = job_dir if checkpoint is None else checkpoint
         newest = damaged_checkpoints.newest_readable(directory)

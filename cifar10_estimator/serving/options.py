@@ -1,15 +1,15 @@
-"""The options several commands share, each declared once (cli.option).
+"""The options several commands share, each declared once (cli.options.option).
 
 A command's options class declares the ones it takes as fields, saying there whether it
 requires them: `job_dir: str = shared.job_dir(required=True)`. Imports no TensorFlow, so
 that a command's flags are checked before it loads.
 """
 
-from cifar10_estimator.cli import option
+from cifar10_estimator.cli.options import option
 
 
 def job_dir(**keywords):
-    """--job-dir: a training job's directory; keywords as cli.option takes them."""
+    """--job-dir: a training job's directory; keywords as cli.options.option takes them."""
     return option(None, "Directory training wrote (checkpoints and hparams.json).", **keywords)
 
 

@@ -19,9 +19,9 @@ import typing
 
 import numpy as np
 
-from cifar10_estimator.cli import (ArgumentParser, add_options, first_line, invoked_program,
-                                   option, option_fields, parse, quiet_tensorflow_logs,
-                                   run_command)
+from cifar10_estimator.cli.command import first_line, invoked_program, run_command
+from cifar10_estimator.cli.options import ArgumentParser, add_options, option, option_fields, parse
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.serving import options as shared

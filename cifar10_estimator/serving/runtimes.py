@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from cifar10_estimator.cli import first_line
+from cifar10_estimator.cli.command import first_line
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 TFLITE_SUFFIX = ".tflite"

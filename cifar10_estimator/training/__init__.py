@@ -1,2 +1,4 @@
-"""How a step is trained and watched: the learning-rate schedule, the precision and its graph
-code, the weights' moving averages, the checkpoint Saver, the run's progress and compute."""
+"""What a training step computes beyond the tutorial's: the tricks the flags turn on (Muon,
+Lookahead, the weights' moving averages, mixed precision's graph, skipped examples, the
+first convolution's start, the shrunk images, the staged shards), the Saver that tolerates
+their optional variables, and each step's FLOPs."""

@@ -14,8 +14,8 @@ tflop`). Imports no TensorFlow.
 
 import dataclasses
 
-from cifar10_estimator.training import precision
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import precision
+from cifar10_estimator.settings import schedule
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,8 +22,8 @@ import math
 
 import tensorflow as tf
 
+from cifar10_estimator.settings import schedule
 from cifar10_estimator.training import checkpoint_saver
-from cifar10_estimator.training import schedule
 
 # The fraction of the run after which no example is left out (InfoBatch's delta).
 SKIPPING_STOPS_AT = 0.875

@@ -1,7 +1,7 @@
 """The benchmark's results (suite.run_benchmarks) as a Markdown report."""
 
 from cifar10_estimator.benchmarks import host
-from cifar10_estimator.cli import markdown_table
+from cifar10_estimator.cli.markdown import markdown_table
 
 
 def _rounds(values, fmt="%.0f"):

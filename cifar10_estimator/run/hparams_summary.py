@@ -13,7 +13,7 @@ import os
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hparams_api
 
-from cifar10_estimator.training.evaluation_dirs import VALIDATION_DIR
+from cifar10_estimator.run.evaluation_dirs import VALIDATION_DIR
 
 
 def dashboard_values(recorded):

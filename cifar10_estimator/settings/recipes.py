@@ -7,7 +7,7 @@ explicit flag always wins; hparams.json records the name with the resolved value
 Measured accuracies of each recipe are in the manual (docs/accuracy.md).
 """
 
-from cifar10_estimator.cli import flag_of
+from cifar10_estimator.cli.options import flag_of
 
 # The best ResNet-20 for a CPU budget, chosen on validation at 15 epochs; its measured
 # accuracies and times are on the manual's accuracy page.

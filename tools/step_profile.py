@@ -1,6 +1,6 @@
 """Where a training step's time goes, by op type, from TensorFlow's own step statistics.
 
-    python -m cifar10_estimator.benchmarks.step_profile [--num-layers 20] [--precision bf16]
+    python -m tools.step_profile [--num-layers 20] [--precision bf16]
         [--batch-size 64] [--steps 20] [--recipe quick] [--image-size 16] [--convolutions]
         [--muon-learning-rate 0.06]
 
@@ -34,11 +34,15 @@ import re
 import statistics
 import time
 
-from cifar10_estimator import cli
 from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.markdown import markdown_table
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_float, option,
+                                           option_fields, parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts
-from cifar10_estimator.training import recipes
+from cifar10_estimator.settings import recipes
 
 IMAGE_SIDE = cifar10_facts.HEIGHT
 # Steps the profiled graph trains for: more than any profile runs, so the rate schedule
@@ -49,7 +53,7 @@ _NUM_TRAIN_EXAMPLES = 45000
 
 def image_side(text):
     """argparse type: a side the trainer can train at, --low-resolution's range or 32."""
-    side = cli.positive_int(text)
+    side = positive_int(text)
     if not job_hparams.MIN_LOW_RESOLUTION <= side <= IMAGE_SIDE:
         raise argparse.ArgumentTypeError("expected %d..%d pixels, got %r" % (
             job_hparams.MIN_LOW_RESOLUTION, IMAGE_SIDE, text))
@@ -63,35 +67,35 @@ _TIMELINE_OP_TYPE = re.compile(r"=\s*([A-Za-z0-9_]+)\(")
 class StepProfileOptions:
     """The command line: the model, the step and how much of it to show."""
 
-    num_layers: int = cli.option(20, None, type=cli.positive_int)
-    precision: str = cli.option("fp32", None, choices=("fp32", "bf16"))
-    batch_size: int = cli.option(64, None, type=cli.positive_int)
-    data_format: str = cli.option("channels_last", "Layout inside the model.",
-                                  choices=("channels_last", "channels_first"))
-    steps: int = cli.option(20, "Traced steps, after as many untraced warm-up steps.",
-                            type=cli.positive_int)
-    top: int = cli.option(15, "Op types to list; the rest are summed in one row.",
-                          type=cli.positive_int)
-    recipe: str = cli.option("tutorial", "The recipe whose update the step makes (the "
+    num_layers: int = option(20, None, type=positive_int)
+    precision: str = option("fp32", None, choices=("fp32", "bf16"))
+    batch_size: int = option(64, None, type=positive_int)
+    data_format: str = option("channels_last", "Layout inside the model.",
+                              choices=("channels_last", "channels_first"))
+    steps: int = option(20, "Traced steps, after as many untraced warm-up steps.",
+                        type=positive_int)
+    top: int = option(15, "Op types to list; the rest are summed in one row.",
+                      type=positive_int)
+    recipe: str = option("tutorial", "The recipe whose update the step makes (the "
                                          "depth, batch and precision are the flags above).",
-                             choices=sorted(recipes.RECIPES))
-    convolutions: bool = cli.option(False, "Also list each convolution layer's forward, "
+                         choices=sorted(recipes.RECIPES))
+    convolutions: bool = option(False, "Also list each convolution layer's forward, "
                                            "input-gradient and filter-gradient kernels "
                                            "and the GFLOP/s they achieve.",
-                                    action="store_true")
-    image_size: int = cli.option(IMAGE_SIDE, "Side of the trained images: below %d, a "
+                                action="store_true")
+    image_size: int = option(IMAGE_SIDE, "Side of the trained images: below %d, a "
                                              "--low-resolution phase's." % IMAGE_SIDE,
-                                 type=image_side)
-    muon_learning_rate: float = cli.option(0.0, "The trainer's --muon-learning-rate: above "
+                             type=image_side)
+    muon_learning_rate: float = option(0.0, "The trainer's --muon-learning-rate: above "
                                                 "0, the step updates the kernels by Muon.",
-                                           type=cli.non_negative_float, metavar="R")
+                                       type=non_negative_float, metavar="R")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Trace training steps of the ResNet and print the kernel time by op "
                     "type, from TensorFlow's step statistics.")
-    cli.add_options(parser, cli.option_fields(StepProfileOptions))
+    add_options(parser, option_fields(StepProfileOptions))
     return parser
 
 
@@ -189,7 +193,7 @@ def _print_convolutions(graph, layers, steps):
     rows.append(["all", "", "%.1f" % (sums["forward flops"] / 1e6)] + _timing_cells(
         sums, sums["forward flops"], sums["gradient flops"]))
     print()
-    print(cli.markdown_table(
+    print(markdown_table(
         ["convolution", "output", "MFLOP a kernel", "forward ms", "forward GFLOP/s",
          "input gradient ms", "filter gradient ms", "both gradients ms", "gradients GFLOP/s"],
         rows))
@@ -251,8 +255,8 @@ def training_session(args):
 
 
 def main(argv):
-    args = cli.parse(build_parser(), StepProfileOptions, argv)
-    cli.quiet_tensorflow_logs("3", "ERROR")
+    args = parse(build_parser(), StepProfileOptions, argv)
+    quiet_tensorflow_logs("3", "ERROR")
     import tensorflow as tf  # lazy: keeps step_profile's --help and flag errors fast
     with tf.Graph().as_default():
         session, train_op = training_session(args)
@@ -287,13 +291,13 @@ def main(argv):
     if rest:
         rows.append(["(%d other op types)" % (len(ranked) - args.top),
                      "%.2f" % (rest / 1000 / args.steps), "%.1f %%" % (100 * rest / summed)])
-    print(cli.markdown_table(["op type", "ms a step", "share of kernel time"], rows))
+    print(markdown_table(["op type", "ms a step", "share of kernel time"], rows))
     if args.convolutions:
         _print_convolutions(graph, layers, args.steps)
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main))
+    raise SystemExit(run_command(main))
 
 
 if __name__ == "__main__":

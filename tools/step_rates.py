@@ -1,6 +1,6 @@
 """How much of the CPU's peak a training step reaches, per image size and batch size.
 
-    python -m cifar10_estimator.benchmarks.step_rates [--num-layers 14] [--precision fp32]
+    python -m tools.step_rates [--num-layers 14] [--precision fp32]
         [--recipe sprint] [--image-sizes 16 24 32] [--batch-sizes 64 128] [--steps 20]
         [--rounds 3] [--muon-learning-rates 0 0.06]
 
@@ -23,40 +23,45 @@ import statistics
 import time
 
 from cifar10_estimator import cifar10_model
-from cifar10_estimator import cli
-from cifar10_estimator.benchmarks import step_profile
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.markdown import markdown_table
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_float, option,
+                                           option_fields, parse, positive_int)
+from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.machine import alternating_rounds
-from cifar10_estimator.training import precision as precisions
-from cifar10_estimator.training import recipes
+from cifar10_estimator.settings import precision as precisions
+from cifar10_estimator.settings import recipes
+
+from tools import step_profile
 
 
 @dataclasses.dataclass(frozen=True)
 class StepRatesOptions:
     """The command line: the step, the sizes to compare and how long to time each."""
 
-    num_layers: int = cli.option(14, None, type=cli.positive_int)
-    precision: str = cli.option("fp32", None, choices=("fp32", "bf16"))
-    recipe: str = cli.option("sprint", "The recipe whose update the steps make.",
-                             choices=sorted(recipes.RECIPES))
-    image_sizes: list = cli.option([16, 24, 32], "Sides of the trained images.", nargs="+",
-                                   type=step_profile.image_side, metavar="SIDE")
-    batch_sizes: list = cli.option([64, 128], None, nargs="+", type=cli.positive_int,
-                                   metavar="BATCH")
-    steps: int = cli.option(20, "Timed steps of each size a round, after as many "
-                                "warm-up steps.", type=cli.positive_int)
-    rounds: int = cli.option(3, "Rounds; each times every size once.",
-                             type=cli.positive_int)
-    muon_learning_rates: list = cli.option([0.0], "Muon rates to time each step with, as "
+    num_layers: int = option(14, None, type=positive_int)
+    precision: str = option("fp32", None, choices=("fp32", "bf16"))
+    recipe: str = option("sprint", "The recipe whose update the steps make.",
+                         choices=sorted(recipes.RECIPES))
+    image_sizes: list = option([16, 24, 32], "Sides of the trained images.", nargs="+",
+                               type=step_profile.image_side, metavar="SIDE")
+    batch_sizes: list = option([64, 128], None, nargs="+", type=positive_int,
+                               metavar="BATCH")
+    steps: int = option(20, "Timed steps of each size a round, after as many "
+                                "warm-up steps.", type=positive_int)
+    rounds: int = option(3, "Rounds; each times every size once.",
+                         type=positive_int)
+    muon_learning_rates: list = option([0.0], "Muon rates to time each step with, as "
                                                   "the trainer's --muon-learning-rate (0: "
                                                   "without).", nargs="+",
-                                           type=cli.non_negative_float, metavar="R")
+                                       type=non_negative_float, metavar="R")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="Time training steps at several image and batch sizes in alternating "
                     "rounds and print their GFLOP/s and share of the CPU's peak.")
-    cli.add_options(parser, cli.option_fields(StepRatesOptions))
+    add_options(parser, option_fields(StepRatesOptions))
     return parser
 
 
@@ -114,8 +119,8 @@ def rows(args, results, peak_gflops):
 
 
 def main(argv):
-    args = cli.parse(build_parser(), StepRatesOptions, argv)
-    cli.quiet_tensorflow_logs("3", "ERROR")
+    args = parse(build_parser(), StepRatesOptions, argv)
+    quiet_tensorflow_logs("3", "ERROR")
     from cifar10_estimator.benchmarks import host  # lazy: it loads TensorFlow
     compute_dtype = precisions.policy(args.precision).compute_dtype
     machine = host.describe_machine()
@@ -126,14 +131,14 @@ def main(argv):
     print("ResNet-%d, %s, the %s recipe's update; %d rounds of %d steps a size, alternated"
           % (args.num_layers, args.precision, args.recipe, args.rounds, args.steps))
     results = alternating_rounds.measure(_contenders(args), args.rounds)
-    print(cli.markdown_table(
+    print(markdown_table(
         ["image side", "batch", "Muon rate", "ms a step", "examples/sec (rounds' range)",
          "MFLOP an example", "GFLOP/s", "share of peak"],
         rows(args, results, peak_gflops)))
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main))
+    raise SystemExit(run_command(main))
 
 
 if __name__ == "__main__":

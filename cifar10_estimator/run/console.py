@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from cifar10_estimator import cli
+from cifar10_estimator.cli.terminal import is_terminal
 
 # Lines for the console are logged through this child of TensorFlow's logger, so they
 # reach TensorFlow's own handler where no RunConsole is installed (tests, other tools).
@@ -133,7 +133,7 @@ class RunConsole:
                 self._console.write_line(line)
 
     def show_progress(self, line, fraction_done):
-        """Show a progress line (training.time_to_go.progress_line) at fraction_done of the
+        """Show a progress line (run.time_to_go.progress_line) at fraction_done of the
         steps: redrawn in place on a terminal, else at the cadence the module describes.
         The log file gets it at the same cadence as a file console."""
         self._console.show_progress(line, fraction_done, self._file)
@@ -147,7 +147,7 @@ class _ConsoleHandler(logging.Handler):
         self._stream = stream
         self._verbose = verbose
         self._clock = clock
-        self._is_terminal = cli.is_terminal(stream)
+        self._is_terminal = is_terminal(stream)
         self._progress_drawn = ""  # the progress line now on the terminal's last line
         self._last_redraw = None
         self._last_line_time = None

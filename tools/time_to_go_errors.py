@@ -1,6 +1,6 @@
 """How close a finished run's time to go came, from its log.
 
-    python -m cifar10_estimator.benchmarks.time_to_go_errors JOB [JOB ...]
+    python -m tools.time_to_go_errors JOB [JOB ...]
         [--at 20 50 70 90]
 
 For each percentage of the steps, the first progress line at or past it in JOB/train.log
@@ -17,13 +17,15 @@ import os
 import re
 import statistics
 
-from cifar10_estimator import cli
 from cifar10_estimator import hparams as job_hparams
+from cifar10_estimator.cli.command import run_command
+from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
+                                           parse, positive_int)
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import console
-from cifar10_estimator.training import schedule
-from cifar10_estimator.training import time_to_go
+from cifar10_estimator.run import console
+from cifar10_estimator.run import time_to_go
+from cifar10_estimator.settings import schedule
 
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+:tensorflow:(.*)$")
 PROGRESS = re.compile(r"^step (\d+)/(\d+) \(\d+ %\), [\d.]+ examples/sec, (about .+) to go$")
@@ -39,16 +41,16 @@ FIRST_SECS = 60
 class TimeToGoOptions:
     """The command line: the jobs, and where in their steps to compare."""
 
-    job_dirs: list = cli.option(None, "Job dirs of finished runs.", positional=True,
-                                nargs="+")
-    at: list = cli.option([20, 50, 70, 90], "Percentages of the steps to compare at.",
-                          nargs="+", type=cli.positive_int, metavar="PERCENT")
+    job_dirs: list = option(None, "Job dirs of finished runs.", positional=True,
+                            nargs="+")
+    at: list = option([20, 50, 70, 90], "Percentages of the steps to compare at.",
+                      nargs="+", type=positive_int, metavar="PERCENT")
 
 
 def build_parser():
-    parser = cli.ArgumentParser(
+    parser = ArgumentParser(
         description="What a finished run's progress lines said was left, against what was.")
-    cli.add_options(parser, cli.option_fields(TimeToGoOptions))
+    add_options(parser, option_fields(TimeToGoOptions))
     return parser
 
 
@@ -124,13 +126,13 @@ def report(job_dir, percentages):
 
 
 def main(argv):
-    args = cli.parse(build_parser(), TimeToGoOptions, argv)
+    args = parse(build_parser(), TimeToGoOptions, argv)
     for job_dir in args.job_dirs:
         print("\n".join(report(job_dir, args.at)))
 
 
 def console_main():
-    raise SystemExit(cli.run_command(main))
+    raise SystemExit(run_command(main))
 
 
 if __name__ == "__main__":

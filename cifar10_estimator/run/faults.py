@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from cifar10_estimator.errors import Cifar10EstimatorError
-from cifar10_estimator.training import schedule
+from cifar10_estimator.settings import schedule
 
 
 class TrainingDiverged(Cifar10EstimatorError):

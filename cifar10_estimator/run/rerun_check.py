@@ -19,10 +19,10 @@ import dataclasses
 
 import tensorflow as tf
 
-from cifar10_estimator.cli import flag_of
+from cifar10_estimator.cli.options import flag_of
 from cifar10_estimator.errors import UsageError
+from cifar10_estimator.settings import recipes
 from cifar10_estimator.training import checkpoint_saver
-from cifar10_estimator.training import recipes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The run's time to go: where training is, its rate, and when it ends, as one line.
 
 RunProgress keeps the global steps and wall time of the whole run, from the points that
-training.progress's hooks record; they pause its clock at each checkpoint, since an
+run.progress's hooks record; they pause its clock at each checkpoint, since an
 evaluation may follow. The time to go knows the run's plan: its training phases (steps
 on smaller images cost less; `training_phases`) and the evaluations still to come, during
 training and after the last step (`EvaluationPlan`). A phase is rated from the phase
@@ -19,8 +19,8 @@ import logging
 import math
 import time
 
-from cifar10_estimator.training import console
-from cifar10_estimator.training import schedule
+from cifar10_estimator.run import console
+from cifar10_estimator.settings import schedule
 
 # A phase's own rate comes from about this much of its recent training: long enough to
 # smooth over a slow batch (checkpoints and evaluations are not training), short enough
@@ -152,7 +152,7 @@ class ProgressEstimate:
 class RunProgress:
     """The global steps and wall time of a whole training run, and the time it has to go.
 
-    Create one per training process and hand it to every hook of training.progress: a
+    Create one per training process and hand it to every hook of run.progress: a
     hook lives for one training session, while the recent rate and the time spent in
     evaluations span the run.
 
@@ -276,7 +276,7 @@ class RunProgress:
 
     def add_evaluation(self, start, secs, views):
         """Note an evaluation that started at `start` (the clock's) and took secs for
-        `views` forward passes of an image (training.progress.EvaluationTimer)."""
+        `views` forward passes of an image (run.progress.EvaluationTimer)."""
         self._last_evaluation_secs = secs
         self._evaluation_secs += secs
         self._evaluation_views += views
@@ -470,7 +470,7 @@ class _RateWindow:
 
 
 def console_report(run_console):
-    """A RunProgress report that shows each estimate on a training.console.RunConsole."""
+    """A RunProgress report that shows each estimate on a run.console.RunConsole."""
     def report(estimate):
         run_console.show_progress(progress_line(estimate),
                                   estimate.global_step / estimate.last_step)

@@ -17,7 +17,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from cifar10_estimator import files
-from cifar10_estimator.cli import first_line
+from cifar10_estimator.cli.command import first_line
 from cifar10_estimator.errors import Cifar10EstimatorError
 
 DAMAGED_DIR = "damaged_checkpoints"

@@ -1,4 +1,5 @@
-"""Evaluations beside training: one checkpoint with its exports, and the evaluator task's loop.
+"""What the evaluator does beside training: one checkpoint evaluated with its exports, and
+the evaluator task's loop.
 
 evaluate_and_export is what tf.estimator's evaluator does with one checkpoint; the
 trainer also calls it for a job whose training was already done. evaluate_until_final

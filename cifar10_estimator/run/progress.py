@@ -1,4 +1,4 @@
-"""The hooks that feed the run's time to go (training.time_to_go) and show it.
+"""The hooks that feed the run's time to go (run.time_to_go) and show it.
 
 ProgressHook records a point of the run's RunProgress every N global steps and reports
 its line, ProgressCheckpointListener pauses the clock at each checkpoint, since an
@@ -9,8 +9,8 @@ says each evaluation in one line.
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_utils
-from cifar10_estimator.training import console
-from cifar10_estimator.training import time_to_go
+from cifar10_estimator.run import console
+from cifar10_estimator.run import time_to_go
 
 # TensorBoard's tag of the run's rate (the rate of the time to go).
 EXAMPLES_PER_SEC_TAG = "examples/sec"
