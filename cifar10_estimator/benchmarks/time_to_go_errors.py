@@ -23,7 +23,6 @@ from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.training import console
 from cifar10_estimator.training import schedule
-from cifar10_estimator.training import time_to_go
 
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+:tensorflow:(.*)$")
 PROGRESS = re.compile(r"^step (\d+)/(\d+) \(\d+ %\), [\d.]+ examples/sec, (about .+) to go$")
@@ -69,6 +68,15 @@ def read_log(job_dir):
             for time, (_, message) in zip(times, lines)]
 
 
+def duration_secs(text):
+    """The seconds of a duration as the progress line says it ('about 4 min 30 s': 270)."""
+    words = text.split()[1:] if text.startswith("about ") else text.split()
+    units = {"h": 3600, "min": 60, "s": 1}
+    if len(words) % 2 or not all(unit in units for unit in words[1::2]):
+        raise ValueError("not a duration: %r" % text)
+    return sum(int(number) * units[unit] for number, unit in zip(words[::2], words[1::2]))
+
+
 def errors_at(log, percentages):
     """[(percent, global step, what it said, secs said, secs that remained)] of a log
     (read_log's)."""
@@ -83,7 +91,7 @@ def errors_at(log, percentages):
         reached = [line for line in progress if line[1] >= percent / 100 * line[2]]
         if reached:
             secs, step, _, said = reached[0]
-            rows.append((percent, step, said, time_to_go.duration_secs(said),
+            rows.append((percent, step, said, duration_secs(said),
                          ends[-1] - secs))
     return rows
 
