@@ -1,4 +1,4 @@
-"""What a run's steps and evaluations took is kept per machine, in the one cache of machine
+"""What a run's steps and evaluations took is kept per machine, in the cache of machine
 measurements, and scales the next run's estimate (machine/step_speeds.py,
 main.make_run_progress)."""
 
@@ -10,10 +10,8 @@ import pytest
 
 from cifar10_estimator import flags, main
 from cifar10_estimator.machine import precision_speed, step_speeds
-from cifar10_estimator.training import precision
 from cifar10_estimator.training import time_to_go
 
-from test_precision_speed import scripted_probe
 from test_time_to_go import FakeClock, train_steady
 
 SPRINT_COSTS = time_to_go.Costs({16: 0.0002, 24: 0.0003, 32: 0.0005}, view_secs=0.0001)
@@ -25,20 +23,17 @@ def cache_home(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def test_the_costs_are_kept_beside_the_machines_precision_speeds(cache_home):
+def test_the_costs_are_kept_per_machine_in_the_cache_of_machine_measurements(cache_home):
     assert step_speeds.recorded() is None
     step_speeds.keep(SPRINT_COSTS)
     assert step_speeds.recorded() == SPRINT_COSTS
-    # The precision probe, measuring this machine after, keeps them in the same file.
-    make_probe, _ = scripted_probe({"fp32": [500.0] * 3, "bf16": [700.0] * 3})
-    precision_speed.measured_speeds(precision.policy("bf16"), make_probe)
-    assert step_speeds.recorded() == SPRINT_COSTS
-    with open(precision_speed.cache_path()) as stream:
+    path = precision_speed.cache_path(step_speeds.CACHE_FILENAME)
+    assert os.path.dirname(path) == os.path.dirname(precision_speed.cache_path())
+    with open(path) as stream:
         content = json.load(stream)
-    assert content["format"] == precision_speed.CACHE_FORMAT
-    machine = content["machines"][precision_speed.machine_key()]
-    assert machine["bf16"] == 700.0 and machine[step_speeds.ENTRY]["view_secs"] == 0.0001
-    assert os.listdir(os.path.dirname(precision_speed.cache_path())) == ["precision_speed.json"]
+    assert content["format"] == step_speeds.CACHE_FORMAT
+    assert content["machines"] == {precision_speed.machine_key(): {
+        "example_secs": {"16": 0.0002, "24": 0.0003, "32": 0.0005}, "view_secs": 0.0001}}
 
 
 def test_a_run_of_more_sizes_replaces_the_costs_and_one_of_fewer_keeps_none(cache_home):
@@ -51,10 +46,10 @@ def test_a_run_of_more_sizes_replaces_the_costs_and_one_of_fewer_keeps_none(cach
 
 
 @pytest.mark.parametrize("content", ["not json", json.dumps({"format": "other/1"}),
-                                     json.dumps({"format": precision_speed.CACHE_FORMAT,
+                                     json.dumps({"format": step_speeds.CACHE_FORMAT,
                                                  "machines": ["a list"]})])
 def test_a_foreign_or_broken_cache_is_no_record_and_is_replaced(cache_home, content):
-    path = precision_speed.cache_path()
+    path = precision_speed.cache_path(step_speeds.CACHE_FILENAME)
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as stream:
         stream.write(content)

@@ -36,8 +36,8 @@ PROBE_ROUNDS = 3
 
 
 def cache_path(filename=CACHE_FILENAME):
-    """Where this machine's measurements are kept, per user (machine/step_speeds keeps its
-    runs' costs in the same file)."""
+    """Where measured speeds are kept, per user (machine/step_speeds keeps its own file
+    beside this one)."""
     cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(
         os.path.expanduser("~"), ".cache")
     return os.path.join(cache_home, "cifar10_estimator", filename)
@@ -89,8 +89,7 @@ def measured_speeds(precision_policy, make_probe=None):
         speeds = _measure_alternately([precision.policy("fp32"), precision_policy],
                                       make_probe or TrainingProbe)
         speeds["measured"] = datetime.date.today().isoformat()
-        kept = machines.get(key)  # what else is kept of the machine stays
-        machines[key] = dict(kept if isinstance(kept, dict) else {}, **speeds)
+        machines[key] = speeds
         os.makedirs(os.path.dirname(path), exist_ok=True)
         files.write_json(path, {"format": CACHE_FORMAT, "machines": machines})
     return speeds
