@@ -310,7 +310,7 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
                        training_compute_record(settings, progress))
     if not task and not hparams.skip_learned:
         # What its steps and evaluations took, for the next run's time to go; steps
-        # that leave examples out cost less than the step.
+        # that leave examples out cost less than the same steps without.
         step_speeds.keep(progress.finish())
     return metrics
 
@@ -575,8 +575,8 @@ def training_compute_record(settings, progress):
                   for phase, steps in zip(training_compute.phases,
                                           progress.timed_steps_per_phase)),
         examples_per_phase=None)
-    checkpoint = tf.train.latest_checkpoint(settings.job_dir)
-    if hparams.skip_learned and checkpoint:
+    checkpoint = hparams.skip_learned and tf.train.latest_checkpoint(settings.job_dir)
+    if checkpoint:
         timed.examples_per_phase = [int(count) for count in tf.train.load_variable(
             checkpoint, example_skipping.COUNTS_NAME)]
         # The timed steps kept the share of their examples that the job's steps kept.
