@@ -18,9 +18,11 @@ gets TensorFlow's whole log (run.console).
 
 import contextlib
 import dataclasses
+import math
 import os
 import random
 import sys
+import types
 
 from cifar10_estimator import files
 from cifar10_estimator import flags
@@ -261,10 +263,8 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
       faults.TrainingDiverged: the training loss became NaN or infinite.
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
-    from cifar10_estimator import compute_accounting
     from cifar10_estimator import model_fn
     from cifar10_estimator.machine import step_speeds
-    from cifar10_estimator.run import compute_timer
     from cifar10_estimator.run import stop_signals
 
     signals = signals or stop_signals.StopSignals(invoked_program())
@@ -276,15 +276,13 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     resumption = check_the_job(settings, task, run_config, layout)
     evaluation_cost = start_job(settings, task, run_config, layout.data_format, resumption)
     last_step = schedule.last_step(hparams)
-    progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console,
-                                 layout.data_format)
+    progress = make_run_progress(settings, task, run_config, evaluation_cost, run_console)
     estimator = tf.estimator.Estimator(
         model_fn=model_fn.make_model_fn(layout, hparams, progress,
                                         starting_values(settings, task)),
         config=run_config)
     _prepare_cluster_task(run_config, task, settings.ps_timeout_secs)
-    timer = compute_timer.ComputeTimer(compute_accounting.training_compute(hparams))
-    train_spec = make_train_spec(settings, task, signals, progress, timer)
+    train_spec = make_train_spec(settings, task, signals, progress)
     eval_spec = make_eval_spec(settings, signals, progress)
     # A signal during the start-up (the precision probe, the graph) stops the run here.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
@@ -294,9 +292,6 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
     else:
         result = tf.estimator.train_and_evaluate(estimator, train_spec, eval_spec)
         metrics = result[0] if result else None
-        if not task:
-            step_speeds.record(hparams, settings.num_gpus, layout.data_format,
-                               progress.step_secs())
     # Where no checkpoint of this process ended the run: a worker's, or a signal that
     # came during an export.
     signals.raise_if_requested(_stopped_outside_training_text(settings.job_dir, task))
@@ -311,7 +306,11 @@ def train_and_evaluate(settings, task=None, signals=None, run_console=None):
         summary = ", ".join("%s = %s" % (key, metrics[key]) for key in sorted(metrics))
         tf.compat.v1.logging.info("Final evaluation: %s", summary)
         report_on_test(estimator, settings, eval_spec, metrics,
-                       training_compute_record(settings, timer))
+                       training_compute_record(settings, progress))
+    if not task and not hparams.skip_learned:
+        # What its steps and evaluations took, for the next run's time to go; steps
+        # that leave examples out cost less than the same steps without.
+        step_speeds.keep(progress.finish())
     return metrics
 
 
@@ -412,34 +411,46 @@ def changed_since_the_last_run(job_dir, hparams, data_format, resumption):
     return job_hparams.changed_flags(previous, hparams, data_format)
 
 
-def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None,
-                      data_format="channels_last"):
+def make_run_progress(settings, task, run_config, evaluation_cost, run_console=None):
     """The process's run.time_to_go.RunProgress: one spans the training sessions and
-    the evaluations between them. Only a run on one machine evaluates in the process."""
+    the evaluations between them. A run on one machine evaluates in the process, and
+    scales what it has not measured by what its machine's newest run took
+    (machine.step_speeds); a cluster's global step is its workers' together."""
+    from cifar10_estimator.machine import step_speeds
+    from cifar10_estimator.training import compute
     from cifar10_estimator.run import time_to_go
     hparams = settings.hparams
     return time_to_go.RunProgress(
         schedule.last_step(hparams), hparams.examples_per_global_step,
-        phases=training_phases(settings, task, data_format),
-        evaluations=(evaluation_plan(settings, run_config, evaluation_cost)
-                     if not task else None),
-        report=time_to_go.console_report(run_console) if run_console else None)
+        phases=compute.image_size_phases(hparams, cifar10_facts.HEIGHT),
+        costs=None if task else step_speeds.recorded(),
+        evaluations=(time_to_go.EvaluationPlan() if task
+                     else evaluation_plan(settings, run_config, evaluation_cost)),
+        report=run_console.show_progress if run_console else None)
 
 
-def training_phases(settings, task=None, data_format="channels_last"):
-    """The run's run.time_to_go.TrainingPhases. A run on one machine rates its image
-    sizes from what its steps took in the runs before it there (machine.step_speeds); a
-    cluster's global step is its workers' together, so it keeps the rule of thumb."""
-    from cifar10_estimator.machine import step_speeds
+def evaluation_plan(settings, run_config, view_cost):
+    """The run.time_to_go.EvaluationPlan of a run on one machine."""
     from cifar10_estimator.run import time_to_go
-    step_secs = None if task else step_speeds.recorded(settings.hparams, settings.num_gpus,
-                                                       data_format)
-    return time_to_go.training_phases(settings.hparams, cifar10_facts.HEIGHT, step_secs)
+    from cifar10_estimator.training import evaluation_views
+    views_per_batch = (settings.eval_batch_size
+                       * evaluation_views.EvaluationViews.from_hparams(settings.hparams).count)
+    subset = flags.periodic_eval_subset(settings)
+    views_each = flags.eval_steps(settings, subset) * views_per_batch
+    final_views = views_each + (flags.eval_steps(settings, "eval") * views_per_batch
+                                if subset == "validation" else 0)
+    # An evaluation follows the first checkpoint --eval-every-secs after the last one
+    # started; checkpoints by time come every save_checkpoints_secs of wall time.
+    every_secs = settings.eval_every_secs
+    if run_config.save_checkpoints_secs:
+        every_secs = (math.ceil(every_secs / run_config.save_checkpoints_secs)
+                      * run_config.save_checkpoints_secs)
+    return time_to_go.EvaluationPlan(views_each, every_secs, final_views, view_cost)
 
 
-def make_train_spec(settings, task, signals, progress, timer):
+def make_train_spec(settings, task, signals, progress):
     """The TrainSpec: the training input, the last step, the stop and divergence hooks, and
-    `timer`, the run.compute_timer.ComputeTimer of the steps."""
+    the checkpoints' pause of the run's `progress`."""
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.run import progress as run_progress
     from cifar10_estimator.run import faults
@@ -449,30 +460,9 @@ def make_train_spec(settings, task, signals, progress, timer):
         # Before tf.estimator's own hooks and listeners: the divergence check ends
         # training before its NanTensorHook, the stop before its evaluation.
         hooks=[stop_signals.StopAtSignalHook(signals),
-               faults.DivergenceHook(settings.hparams, settings.job_dir), timer],
+               faults.DivergenceHook(settings.hparams, settings.job_dir)],
         saving_listeners=[stop_signals.SaveThenStopListener(signals, settings.job_dir),
-                          run_progress.ProgressCheckpointListener(progress),
-                          timer.checkpoint_listener])
-
-
-def evaluation_plan(settings, run_config, relative_cost):
-    """The run.time_to_go.EvaluationPlan of a run on one machine."""
-    from cifar10_estimator.training import evaluation_views
-    from cifar10_estimator.run import time_to_go
-    views_per_image = evaluation_views.EvaluationViews.from_hparams(settings.hparams).count
-    subset = flags.periodic_eval_subset(settings)
-    periodic_images = flags.eval_steps(settings, subset) * settings.eval_batch_size
-    test_images = flags.eval_steps(settings, "eval") * settings.eval_batch_size
-    final_images = periodic_images + (test_images if subset == "validation" else 0)
-    return time_to_go.EvaluationPlan(
-        every_secs=settings.eval_every_secs,
-        views_per_evaluation=periodic_images * views_per_image,
-        final_views=final_images * views_per_image,
-        num_final_evaluations=2 if subset == "validation" else 1,
-        exports_per_evaluation=len(make_exporters(subset)),
-        checkpoint_every_secs=run_config.save_checkpoints_secs,
-        checkpoint_every_steps=run_config.save_checkpoints_steps,
-        relative_cost=relative_cost)
+                          run_progress.ProgressCheckpointListener(progress)])
 
 
 def _stopped_outside_training_text(job_dir, task):
@@ -569,14 +559,31 @@ def make_exporters(subset):
     return [export.latest_exporter()]
 
 
-def training_compute_record(settings, timer):
+def training_compute_record(settings, progress):
     """What test_results.json keeps of the run's compute (training.compute.record): the
-    FLOPs, the rate of the steps `timer` (a run.compute_timer.ComputeTimer) timed,
-    and on a CPU the peak of the precision it trained in."""
+    FLOPs (with --skip-learned, of the examples the final checkpoint counts), the rate of
+    the training `progress` timed, and on a CPU the peak of the precision it trained in."""
+    import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
+    from cifar10_estimator import compute_accounting
     from cifar10_estimator.machine import cpu_peak
     from cifar10_estimator.training import compute
-    return compute.record(timer.training_compute, timer,
-                          settings.hparams.precision,
+    from cifar10_estimator.training import example_skipping
+    hparams = settings.hparams
+    training_compute = compute_accounting.training_compute(hparams)
+    timed = types.SimpleNamespace(
+        steps=sum(progress.timed_steps_per_phase), secs=progress.training_secs,
+        flops=sum(phase.flops_per_example * compute.examples_trained(hparams, 0, steps)
+                  for phase, steps in zip(training_compute.phases,
+                                          progress.timed_steps_per_phase)),
+        examples_per_phase=None)
+    checkpoint = hparams.skip_learned and tf.train.latest_checkpoint(settings.job_dir)
+    if checkpoint:
+        timed.examples_per_phase = [int(count) for count in tf.train.load_variable(
+            checkpoint, example_skipping.COUNTS_NAME)]
+        # The timed steps kept the share of their examples that the job's steps kept.
+        timed.flops *= (training_compute.flops_of_counts(timed.examples_per_phase)
+                        / training_compute.flops())
+    return compute.record(training_compute, timed, hparams.precision,
                           None if settings.num_gpus else cpu_peak.this_cpu())
 
 

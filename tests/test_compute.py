@@ -7,7 +7,6 @@ import json
 import os
 import re
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -18,7 +17,6 @@ from cifar10_estimator import report
 from cifar10_estimator.benchmarks import flops as profiled
 from cifar10_estimator.machine import cpu_peak
 from cifar10_estimator.training import compute
-from cifar10_estimator.run import compute_timer
 from cifar10_estimator.settings import precision
 from cifar10_estimator.settings import recipes
 
@@ -146,50 +144,6 @@ def test_bf16_flops_per_cycle_follow_the_vendors_dot_product_units(flags, fp32_f
     assert flops == expected, instructions
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
-class Evaluation(tf.compat.v1.train.CheckpointSaverListener):
-    """What train_and_evaluate does after a checkpoint: here, 100 seconds pass."""
-
-    def __init__(self, clock):
-        self._clock = clock
-
-    def after_save(self, session, global_step_value):
-        self._clock.now += 100.0
-
-
-def test_the_timer_adds_up_the_steps_time_and_flops_leaving_out_checkpoints_and_evaluations(
-        tmp_path):
-    hparams = job_hparams.HParams(num_layers=8, train_batch_size=10, train_steps=20)
-    clock = FakeClock()
-    timer = compute_timer.ComputeTimer(compute_accounting.training_compute(hparams), clock)
-    with tf.Graph().as_default():
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        with tf.control_dependencies([tf.numpy_function(
-                lambda: np.float32(setattr(clock, "now", clock.now + 0.5) or 0), [],
-                tf.float32)]):
-            step = global_step.assign_add(1)
-        # As in tf.estimator, the chief's checkpoint hook (and the evaluation that its
-        # listener runs) comes before the run's own hooks.
-        saver = tf.compat.v1.train.CheckpointSaverHook(
-            str(tmp_path), save_steps=5, listeners=[timer.checkpoint_listener,
-                                                    Evaluation(clock)])
-        with tf.compat.v1.train.MonitoredSession(hooks=[saver, timer]) as session:
-            for _ in range(20):
-                session.run(step)
-    # 20 steps: the session's first and the four that saved (at steps 5, 10, 15 and 20)
-    # are left out, with the evaluations after them.
-    assert timer.steps == 15
-    assert timer.secs == pytest.approx(15 * 0.5)
-    assert timer.flops == pytest.approx(15 * 10 * cifar10_model.training_flops_per_example(8, 32))
-
-
 class FinishedTimer:
     def __init__(self, training_compute, flops, secs):
         self.training_compute, self.flops, self.secs, self.steps = (
@@ -231,8 +185,10 @@ def test_a_runs_plan_line_summary_and_results_show_its_compute(trained_job):
     with open(os.path.join(trained_job.job_dir, report.TEST_RESULTS_FILENAME)) as stream:
         recorded = json.load(stream)["training_compute"]
     assert recorded["tflop"] == pytest.approx(expected.flops() / 1e12)
-    # 10 steps: the session's first and those that saved (steps 5 and 10) are left out.
-    assert recorded["timed_steps"] == 7
+    # 10 steps, timed from the end of the first (whose fetch of the global step may read
+    # it before its update, or after), the evaluations after the checkpoints at steps 5
+    # and 10 left out (training.progress).
+    assert recorded["timed_steps"] in (9, 10)
     assert recorded["gflop_per_sec"] == pytest.approx(
         recorded["timed_tflop"] * 1e3 / recorded["step_secs"])
     assert recorded["peak_precision"] == hparams.precision

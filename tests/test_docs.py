@@ -945,10 +945,6 @@ def test_each_page_of_the_manual_opens_with_what_to_run(page):
 # A date or a commit: the runs file and the results tables hold them, not the manual's prose.
 DATE_OR_COMMIT = re.compile(
     r"\b20\d\d-\d\d-\d\d\b|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
-# Sections (a page and its `## ` heading, with the sections under it) this check leaves
-# alone, each with the reason: the time to go's part of this one is being rewritten by the
-# time-to-go change of issue 68 beside this check; once it lands, this entry goes.
-DATE_CHECK_EXEMPT = {("docs/training.md", "Reading the logs and TensorBoard")}
 MAX_LINES = {"README.md": 130, "docs/screens.md": 200}
 
 
@@ -957,17 +953,15 @@ def dates_and_commits(page):
     code and the marked results tables left out."""
     lines = read(page)
     code = code_line_numbers(lines)
-    section, in_table = None, False
+    in_table = False
     for number, line in enumerate(lines, 1):
         if number - 1 in code:
             continue
-        heading = re.match(r"## (.*)", line)
-        section = heading.group(1) if heading else section
         if line.startswith((RESULTS_BEGIN, SUMMARY_BEGIN)):
             in_table = True
         elif line in (RESULTS_END, SUMMARY_END):
             in_table = False
-        if in_table or (page, section) in DATE_CHECK_EXEMPT:
+        if in_table:
             continue
         for found in DATE_OR_COMMIT.finditer(INLINE_CODE.sub("", line)):
             yield number, found.group()

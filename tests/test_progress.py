@@ -37,38 +37,38 @@ def progress_lines(messages):
 def test_progress_hook_logs_every_n_global_steps_and_when_its_session_ends(
         tensorflow_info_messages):
     clock = FakeClock()
-    progress = time_to_go.RunProgress(last_step=100, examples_per_global_step=32,
+    progress = time_to_go.RunProgress(last_step=100, examples_per_global_step=160,
                                       clock=clock)
     train_on_fake_clock([run_progress.ProgressHook(progress, every_n_steps=10)], clock,
-                        num_steps=24, seconds_per_step=0.5)
-    # 2 global steps/sec of 32 examples; the first step starts the clock.
+                        num_steps=24, seconds_per_step=2.5)
+    # A global step of 160 examples each 2.5 s; the first step starts the clock.
     assert progress_lines(tensorflow_info_messages) == [
-        "step 10/100 (10 %), 64 examples/sec, about 45 s to go",
-        "step 20/100 (20 %), 64 examples/sec, about 40 s to go",
-        "step 24/100 (24 %), 64 examples/sec, about 38 s to go",
+        "step 10/100 (10 %), 64 examples/sec, about 3 min 50 s to go",
+        "step 20/100 (20 %), 64 examples/sec, about 3 min 20 s to go",
+        "step 24/100 (24 %), 64 examples/sec, about 3 min 10 s to go",
     ]
 
 
 def test_a_new_session_continues_the_run_and_counts_the_time_between_sessions(
         tensorflow_info_messages):
     clock = FakeClock()
-    progress = time_to_go.RunProgress(last_step=100, examples_per_global_step=32,
+    progress = time_to_go.RunProgress(last_step=100, examples_per_global_step=160,
                                       clock=clock)
     train_on_fake_clock([run_progress.ProgressHook(progress, every_n_steps=10)], clock,
-                        num_steps=20, seconds_per_step=0.5)
-    clock.advance(10)  # e.g. an evaluation between two training sessions
+                        num_steps=20, seconds_per_step=2.5)
+    clock.advance(10)  # e.g. a new session's start
     train_on_fake_clock([run_progress.ProgressHook(progress, every_n_steps=10)], clock,
-                        num_steps=10, seconds_per_step=0.5, first_global_step=20)
-    # Training: 0.5 .. 10 s and 20.5 .. 25 s; outside: the 10 s between the sessions and
-    # the new session's first step. The rate is still 2 global steps/sec.
-    training_secs, outside_secs = 9.5 + 4.5, 10 + 0.5
-    seconds_to_go = (100 - 30) / 2 * (training_secs + outside_secs) / training_secs
+                        num_steps=10, seconds_per_step=2.5, first_global_step=20)
+    # Training: 2.5 .. 50 s and 62.5 .. 85 s; outside: the 10 s between the sessions and
+    # the new session's first step. The rate is still a global step each 2.5 s.
+    training_secs, outside_secs = 47.5 + 22.5, 10 + 2.5
+    seconds_to_go = (100 - 30) * 2.5 * (training_secs + outside_secs) / training_secs
     assert progress.estimate().seconds_to_go == pytest.approx(seconds_to_go)
     # Each session's last line is its line at a multiple of 10, not repeated at its end.
     assert progress_lines(tensorflow_info_messages) == [
-        "step 10/100 (10 %), 64 examples/sec, about 45 s to go",
-        "step 20/100 (20 %), 64 examples/sec, about 40 s to go",
-        "step 30/100 (30 %), 64 examples/sec, about 61 s to go",
+        "step 10/100 (10 %), 64 examples/sec, about 3 min 50 s to go",
+        "step 20/100 (20 %), 64 examples/sec, about 3 min 20 s to go",
+        "step 30/100 (30 %), 64 examples/sec, about 3 min 30 s to go",
     ]
 
 
@@ -99,7 +99,7 @@ class EvaluationAtCheckpoints(tf.compat.v1.train.CheckpointSaverListener):
 def test_evaluations_after_checkpoints_count_as_time_outside_training(
         tensorflow_info_messages, tmp_path):
     clock = FakeClock()
-    progress = time_to_go.RunProgress(last_step=100, examples_per_global_step=32,
+    progress = time_to_go.RunProgress(last_step=100, examples_per_global_step=160,
                                       clock=clock)
     checkpoint_saver = tf.compat.v1.train.CheckpointSaverHook(
         str(tmp_path), save_steps=10, listeners=[
@@ -107,16 +107,16 @@ def test_evaluations_after_checkpoints_count_as_time_outside_training(
             EvaluationAtCheckpoints(clock, evaluation_secs=30)])
     # The Estimator's order: the chief's checkpoint saver before the model_fn's hooks.
     train_on_fake_clock([checkpoint_saver, run_progress.ProgressHook(progress, every_n_steps=10)],
-                        clock, num_steps=25, seconds_per_step=0.5, checkpoint_dir=str(tmp_path))
+                        clock, num_steps=25, seconds_per_step=2.5, checkpoint_dir=str(tmp_path))
     # One line at each checkpoint, before its evaluation: the hook's own line at steps
-    # 10 and 20 is not repeated. The rate stays 2 global steps/sec; time to go is
-    # stretched by wall time over training time: 39.5 / 9.5 at step 20, 72 / 12 at 25.
+    # 10 and 20 is not repeated. The rate stays a global step each 2.5 s; the time to go
+    # is stretched by wall time over training time: 77.5 / 47.5 at step 20, 120 / 60 at 25.
     assert progress_lines(tensorflow_info_messages) == [
-        "step 10/100 (10 %), 64 examples/sec, about 45 s to go",
-        "step 20/100 (20 %), 64 examples/sec, about 2 min 50 s to go",
-        "step 25/100 (25 %), 64 examples/sec, about 3 min 50 s to go",
+        "step 10/100 (10 %), 64 examples/sec, about 3 min 50 s to go",
+        "step 20/100 (20 %), 64 examples/sec, about 5 min 30 s to go",
+        "step 25/100 (25 %), 64 examples/sec, about 6 min 20 s to go",
     ]
-    assert progress.estimate().seconds_to_go == pytest.approx(75 / 2 * 72 / 12)
+    assert progress.estimate().seconds_to_go == pytest.approx(75 * 2.5 * 120 / 60)
 
 
 def test_a_stale_global_step_after_a_checkpoint_does_not_repeat_its_line(
@@ -138,7 +138,7 @@ def test_a_stale_global_step_after_a_checkpoint_does_not_repeat_its_line(
         for fetched_global_step in range(100):
             clock.advance(0.5)
             run_step(fetched_global_step)
-        listener.after_save(None, 100)
+        listener.before_save(None, 100)
         clock.advance(30)  # the evaluation, in the same run's after_run
         run_step(99)
         for fetched_global_step in range(100, 121):
@@ -149,19 +149,19 @@ def test_a_stale_global_step_after_a_checkpoint_does_not_repeat_its_line(
 
 
 def test_in_a_cluster_every_worker_logs_the_clusters_progress(tensorflow_info_messages):
-    # A worker among 3 equally fast asynchronous workers of batch 32: each of its steps
-    # of 0.25 s sees the global step move by 3 (its own and two others').
+    # A worker among 3 equally fast asynchronous workers of batch 640: each of its steps
+    # of 5 s sees the global step move by 3 (its own and two others').
     clock = FakeClock()
-    progress = time_to_go.RunProgress(last_step=300, examples_per_global_step=32,
+    progress = time_to_go.RunProgress(last_step=300, examples_per_global_step=640,
                                       clock=clock)
     train_on_fake_clock([run_progress.ProgressHook(progress, every_n_steps=10)], clock,
-                        num_steps=8, seconds_per_step=0.25, global_steps_per_step=3)
-    # Lines where the global step passes a multiple of 10; the cluster's 12 global steps
-    # of 32 examples per second give the rate and the time to go.
+                        num_steps=8, seconds_per_step=5, global_steps_per_step=3)
+    # Lines where the global step passes a multiple of 10; the cluster's 0.6 global steps
+    # of 640 examples per second give the rate and the time to go.
     assert progress_lines(tensorflow_info_messages) == [
-        "step 12/300 (4 %), 384 examples/sec, about 24 s to go",
-        "step 21/300 (7 %), 384 examples/sec, about 23 s to go",
-        "step 24/300 (8 %), 384 examples/sec, about 23 s to go",
+        "step 12/300 (4 %), 384 examples/sec, about 8 min to go",
+        "step 21/300 (7 %), 384 examples/sec, about 7 min 50 s to go",
+        "step 24/300 (8 %), 384 examples/sec, about 7 min 40 s to go",
     ]
 
 
@@ -171,3 +171,27 @@ def test_progress_hook_needs_a_global_step():
         hook.begin()
 
 
+
+
+class Evaluation(tf.compat.v1.train.CheckpointSaverListener):
+    """What train_and_evaluate does after a checkpoint: here, 100 seconds pass."""
+
+    def __init__(self, clock):
+        self._clock = clock
+
+    def after_save(self, session, global_step_value):
+        self._clock.advance(100)
+
+
+def test_the_training_timed_for_the_compute_report_leaves_out_the_evaluations(tmp_path):
+    clock = FakeClock()
+    progress = time_to_go.RunProgress(last_step=20, examples_per_global_step=10, clock=clock)
+    checkpoint_saver = tf.compat.v1.train.CheckpointSaverHook(
+        str(tmp_path), save_steps=5, listeners=[
+            run_progress.ProgressCheckpointListener(progress), Evaluation(clock)])
+    train_on_fake_clock([checkpoint_saver, run_progress.ProgressHook(progress, every_n_steps=10)],
+                        clock, num_steps=20, seconds_per_step=0.5, checkpoint_dir=str(tmp_path))
+    # 20 steps: the session's first starts the clock; the evaluations after the
+    # checkpoints at steps 5, 10, 15 and 20 are left out.
+    assert progress.timed_steps_per_phase == [19]
+    assert progress.training_secs == pytest.approx(19 * 0.5)

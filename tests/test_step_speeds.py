@@ -1,5 +1,6 @@
-"""What a run's steps took at each image size is kept per machine and rates the next run's
-phases (machine/step_speeds.py, run/time_to_go.py, main.make_run_progress)."""
+"""What a run's steps and evaluations took is kept per machine, in the cache of machine
+measurements, and scales the next run's estimate (machine/step_speeds.py,
+main.make_run_progress)."""
 
 import json
 import logging
@@ -8,10 +9,12 @@ import os
 import pytest
 
 from cifar10_estimator import flags, main
-from cifar10_estimator.machine import measurement_cache, step_speeds
+from cifar10_estimator.machine import measurement_cache, precision_speed, step_speeds
 from cifar10_estimator.run import time_to_go
 
-from test_time_to_go import recipe_hparams, started_progress, train_steady
+from test_time_to_go import FakeClock, train_steady
+
+SPRINT_COSTS = time_to_go.Costs({16: 0.0002, 24: 0.0003, 32: 0.0005}, view_secs=0.0001)
 
 
 @pytest.fixture
@@ -20,28 +23,26 @@ def cache_home(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def sprint_settings(*more):
-    return flags.parse(["--job-dir", "job", "--num-gpus", "0", "--recipe", "sprint", *more])
-
-
-def test_a_record_is_read_back_for_the_same_step_only(cache_home):
-    hparams = sprint_settings().hparams
-    assert step_speeds.recorded(hparams, 0, "channels_last") == {}
-    step_speeds.record(hparams, 0, "channels_last", {16: 0.1076, 32: 0.545})
-    assert step_speeds.recorded(hparams, 0, "channels_last") == {16: 0.1076, 32: 0.545}
-    # A later run adds its sizes and replaces those it measured again.
-    step_speeds.record(hparams, 0, "channels_last", {24: 0.244, 32: 0.5})
-    assert step_speeds.recorded(hparams, 0, "channels_last") == {16: 0.1076, 24: 0.244,
-                                                                32: 0.5}
-    # Another batch, precision or layout, or Muon's updates, is another step.
-    for more in (["--train-batch-size", "64"], ["--muon-learning-rate", "0.2"]):
-        other = sprint_settings(*more).hparams
-        assert step_speeds.recorded(other, 0, "channels_last") == {}
-    assert step_speeds.recorded(hparams, 0, "channels_first") == {}
-    with open(measurement_cache.cache_path(step_speeds.CACHE_FILENAME)) as stream:
+def test_the_costs_are_kept_per_machine_in_the_cache_of_machine_measurements(cache_home):
+    assert step_speeds.recorded() is None
+    step_speeds.keep(SPRINT_COSTS)
+    assert step_speeds.recorded() == SPRINT_COSTS
+    path = measurement_cache.cache_path(step_speeds.CACHE_FILENAME)
+    assert os.path.dirname(path) == os.path.dirname(measurement_cache.cache_path(precision_speed.CACHE_FILENAME))
+    with open(path) as stream:
         content = json.load(stream)
     assert content["format"] == step_speeds.CACHE_FORMAT
-    assert list(content["machines"]) == [measurement_cache.machine_key()]
+    assert content["machines"] == {measurement_cache.machine_key(): {
+        "example_secs": {"16": 0.0002, "24": 0.0003, "32": 0.0005}, "view_secs": 0.0001}}
+
+
+def test_a_run_of_more_sizes_replaces_the_costs_and_one_of_fewer_keeps_none(cache_home):
+    step_speeds.keep(time_to_go.Costs({24: 0.0003, 32: 0.0005}))
+    step_speeds.keep(SPRINT_COSTS)
+    assert step_speeds.recorded() == SPRINT_COSTS
+    step_speeds.keep(time_to_go.Costs({32: 0.0009}, view_secs=0.001))
+    step_speeds.keep(None)
+    assert step_speeds.recorded() == SPRINT_COSTS
 
 
 @pytest.mark.parametrize("content", ["not json", json.dumps({"format": "other/1"}),
@@ -52,10 +53,9 @@ def test_a_foreign_or_broken_cache_is_no_record_and_is_replaced(cache_home, cont
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as stream:
         stream.write(content)
-    hparams = sprint_settings().hparams
-    assert step_speeds.recorded(hparams, 0, "channels_last") == {}
-    step_speeds.record(hparams, 0, "channels_last", {32: 0.5})
-    assert step_speeds.recorded(hparams, 0, "channels_last") == {32: 0.5}
+    assert step_speeds.recorded() is None
+    step_speeds.keep(SPRINT_COSTS)
+    assert step_speeds.recorded() == SPRINT_COSTS
 
 
 def test_a_cache_that_cannot_be_written_costs_the_record_only(cache_home, caplog):
@@ -64,68 +64,34 @@ def test_a_cache_that_cannot_be_written_costs_the_record_only(cache_home, caplog
     caplog.set_level(logging.INFO, logger="tensorflow")
     os.makedirs(cache_home)
     (cache_home / "cifar10_estimator").write_text("a file where the folder should be")
-    step_speeds.record(sprint_settings().hparams, 0, "channels_last", {32: 0.5})
+    step_speeds.keep(SPRINT_COSTS)
     assert "were not kept" in caplog.text
 
 
-def test_the_phases_that_trained_long_enough_give_their_step_times():
-    phases = time_to_go.training_phases(recipe_hparams("sprint", 50000), 32)
-    assert [phase.side for phase in phases] == [16, 24, 32]
-    progress, clock = started_progress(7800, 128, phases=phases)
-    train_steady(progress, clock, 0, 2730, steps_per_sec=1 / 0.1076)
-    # The 24-pixel phase trains under MIN_RECORDED_SECS after its settling seconds: not kept.
-    train_steady(progress, clock, 2730, 2930, steps_per_sec=1 / 0.244)
-    assert 200 * 0.244 < time_to_go.PHASE_SETTLING_SECS + time_to_go.MIN_RECORDED_SECS
-    measured = progress.step_secs()
-    assert list(measured) == [16]
-    assert measured[16] == pytest.approx(0.1076)
+def run_progress_of(tmp_path, task=None):
+    """The RunProgress main makes for the sprint recipe (its phases end at steps 2184,
+    4368 and 6240), on a FakeClock, its first point recorded."""
+    settings = flags.parse(["--job-dir", str(tmp_path / "job"), "--num-gpus", "0",
+                            "--recipe", "sprint", "--use-synthetic-data"])
+    progress = main.make_run_progress(settings, task, main.make_run_config(settings), 1.0)
+    progress.clock = clock = FakeClock()
+    progress.record(0)
+    return progress, clock
 
 
-def test_a_run_whose_machine_load_changed_between_phases_keeps_no_step_times(caplog):
-    # The Muon sprint run of docs/training.md: a test suite took half the cores through its
-    # 16- and 24-pixel phases and ended before the 32-pixel one, whose steps then ran as
-    # fast as the 16-pixel ones had; the next run, rated from that record, said -45 %.
-    caplog.set_level(logging.INFO, logger="tensorflow")
-    phases = time_to_go.training_phases(recipe_hparams("sprint", 50000), 32)
-    progress, clock = started_progress(7800, 128, phases=phases)
-    clock.cpu.share = 0.92
-    train_steady(progress, clock, 0, 2730, steps_per_sec=1 / 0.17)
-    train_steady(progress, clock, 2730, 5460, steps_per_sec=1 / 0.20)
-    clock.cpu.share = 1.81
-    train_steady(progress, clock, 5460, 7800, steps_per_sec=1 / 0.095)
-    assert progress.step_secs() == {}
-    assert "load of the machine changed" in caplog.text
-    assert "0.92 at 16 pixels" in caplog.text and "1.81 at 32 pixels" in caplog.text
-
-
-def test_a_run_under_one_load_keeps_its_step_times_even_a_shared_one():
-    # What is kept is the sizes' costs relative to each other: a run that shared the
-    # machine all along gives them as well as one alone.
-    for share in (0.9, 1.8):
-        phases = time_to_go.training_phases(recipe_hparams("sprint", 50000), 32)
-        progress, clock = started_progress(7800, 128, phases=phases)
-        clock.cpu.share = share
-        train_steady(progress, clock, 0, 2730, steps_per_sec=1 / 0.036)
-        # Within MAX_CPU_SHARE_SPREAD: kept.
-        clock.cpu.share = share * 1.2
-        train_steady(progress, clock, 2730, 5460, steps_per_sec=1 / 0.063)
-        train_steady(progress, clock, 5460, 7800, steps_per_sec=1 / 0.097)
-        assert progress.step_secs() == pytest.approx({16: 0.036, 24: 0.063, 32: 0.097})
-
-
-def test_a_run_on_one_machine_rates_its_phases_from_the_record(cache_home):
-    settings = sprint_settings()
-    hparams = settings.hparams
-    prior = main.training_phases(settings)
-    assert prior == time_to_go.training_phases(hparams, 32)
-    step_speeds.record(hparams, 0, "channels_last", {16: 0.1076, 24: 0.244, 32: 0.545})
-    phases = main.training_phases(settings)
-    assert [phase.relative_cost for phase in phases] == pytest.approx(
-        [0.1076 / 0.545, 0.244 / 0.545, 1.0])
-    assert [phase.end_step for phase in phases] == [phase.end_step for phase in prior]
-    # A cluster task keeps the prior; a record missing a size too.
-    assert main.training_phases(settings, task=object()) == prior
-    step_speeds.record(hparams, 0, "channels_first", {16: 0.1, 32: 0.5})
-    assert [phase.relative_cost for phase in main.training_phases(
-        settings, data_format="channels_first")] == pytest.approx(
-            [0.2, prior[1].relative_cost, 1.0])
+def test_a_run_on_one_machine_scales_the_sizes_it_has_not_reached_by_the_record(
+        cache_home, tmp_path):
+    step_speeds.keep(time_to_go.Costs({16: 0.0002, 24: 0.0004, 32: 0.0008}))
+    progress, clock = run_progress_of(tmp_path)
+    train_steady(progress, clock, 0, 600, steps_per_sec=20)
+    # Steps of 0.05 s at 16 pixels: 0.1 s at 24, 0.2 s at 32 as the record has them;
+    # a view a third of a 32-pixel example's time; one evaluation of the 5000 views of
+    # a batch of 500 during training, the validation and test ones after it.
+    view_secs = 0.2 / 128 / 3
+    assert progress.estimate().seconds_to_go == pytest.approx(
+        1584 * 0.05 + 2184 * 0.1 + 1872 * 0.2 + 5000 * view_secs + 10000 * view_secs)
+    # A cluster's task scales them by their pixels, and evaluates nothing.
+    progress, clock = run_progress_of(tmp_path, task=object())
+    train_steady(progress, clock, 0, 600, steps_per_sec=20)
+    assert progress.estimate().seconds_to_go == pytest.approx(
+        1584 * 0.05 + 2184 * 0.05 * 2.25 + 1872 * 0.05 * 4)

@@ -24,7 +24,6 @@ from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, 
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError
 from cifar10_estimator.run import console
-from cifar10_estimator.run import time_to_go
 from cifar10_estimator.settings import schedule
 
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+:tensorflow:(.*)$")
@@ -42,9 +41,9 @@ class TimeToGoOptions:
     """The command line: the jobs, and where in their steps to compare."""
 
     job_dirs: list = option(None, "Job dirs of finished runs.", positional=True,
-                            nargs="+")
+                                nargs="+")
     at: list = option([20, 50, 70, 90], "Percentages of the steps to compare at.",
-                      nargs="+", type=positive_int, metavar="PERCENT")
+                          nargs="+", type=positive_int, metavar="PERCENT")
 
 
 def build_parser():
@@ -71,6 +70,15 @@ def read_log(job_dir):
             for time, (_, message) in zip(times, lines)]
 
 
+def duration_secs(text):
+    """The seconds of a duration as the progress line says it ('about 4 min 30 s': 270)."""
+    words = text.split()[1:] if text.startswith("about ") else text.split()
+    units = {"h": 3600, "min": 60, "s": 1}
+    if len(words) % 2 or not all(unit in units for unit in words[1::2]):
+        raise ValueError("not a duration: %r" % text)
+    return sum(int(number) * units[unit] for number, unit in zip(words[::2], words[1::2]))
+
+
 def errors_at(log, percentages):
     """[(percent, global step, what it said, secs said, secs that remained)] of a log
     (read_log's)."""
@@ -85,7 +93,7 @@ def errors_at(log, percentages):
         reached = [line for line in progress if line[1] >= percent / 100 * line[2]]
         if reached:
             secs, step, _, said = reached[0]
-            rows.append((percent, step, said, time_to_go.duration_secs(said),
+            rows.append((percent, step, said, duration_secs(said),
                          ends[-1] - secs))
     return rows
 

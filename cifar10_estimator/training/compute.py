@@ -4,10 +4,9 @@ its steps reached.
 A phase's FLOPs are the examples it trains (`examples_trained`, the one place that says
 how many) times the training FLOPs of one example at its image size, which the trainer
 counts from the network's shapes (compute_accounting.training_compute). The plan line
-gives the total before training (`TrainingCompute.plan_text`); compute_timer.ComputeTimer
-times the training steps a process runs and adds up their FLOPs, for the GFLOP/s that
-test_results.json keeps with the total (`record`) and the closing summary gives
-(`summary_lines`). Unlike a time, the compute is the same on every machine: recipes
+gives the total before training (`TrainingCompute.plan_text`); the training the run's
+progress timed (run.time_to_go) and its FLOPs give the GFLOP/s that test_results.json
+keeps with the total (`record`) and the closing summary gives (`summary_lines`). Unlike a time, the compute is the same on every machine: recipes
 measured on different CPUs compare on it (`python -m cifar10_estimator.curves --x-axis
 tflop`). Imports no TensorFlow.
 """
@@ -119,7 +118,7 @@ def record(training_compute, timer=None, precision_name=None, cpu_peak=None):
 
     Args:
       training_compute: the run's TrainingCompute.
-      timer: the compute_timer.ComputeTimer of this process's training steps, or None.
+      timer: what this process timed of its training (steps, secs, flops), or None.
       precision_name: the --precision the run trained in (one of precision.PRECISIONS).
       cpu_peak: the machine.cpu_peak.CpuPeak of the CPU it trained on; None on GPUs.
     """
