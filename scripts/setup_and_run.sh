@@ -177,9 +177,10 @@ if [ "$check_gpus" = 1 ]; then
   # The trainer's own check: where TensorFlow sees fewer GPUs than the driver lists, one
   # line with what TensorFlow said about loading its GPU libraries, instead of a CPU run.
   TF_CPP_MIN_LOG_LEVEL=3 "$python" -c 'import sys
-from cifar10_estimator import cli, flags
-sys.exit(cli.run_command(lambda argv: flags.check_gpus_present(int(argv[0])),
-                         prog="scripts/setup_and_run.sh"))' "$num_gpus"
+from cifar10_estimator import flags
+from cifar10_estimator.cli.command import run_command
+sys.exit(run_command(lambda argv: flags.check_gpus_present(int(argv[0])),
+                     prog="scripts/setup_and_run.sh"))' "$num_gpus"
 fi
 
 if [ "$synthetic" = 1 ] && [ ! -e "$archive" ]; then
