@@ -115,10 +115,13 @@ def test_every_recipes_tower_ops_have_gpu_kernels(recipe, mode):
     assert ops_without_gpu_kernel(graph) == []
 
 
+# The sprint recipe updates its kernels by Muon; "fp16 without muon" keeps the momentum
+# optimizer's own update of them under the loss scale covered.
 OPTIONS = {
     "fp16": ["--recipe", "sprint", "--precision", "fp16"],
     "bf16": ["--recipe", "sprint", "--precision", "bf16"],
-    "muon": ["--recipe", "sprint", "--precision", "bf16", "--muon-learning-rate", "0.06"],
+    "fp16 without muon": ["--recipe", "sprint", "--precision", "fp16", "--muon-learning-rate",
+                          "0"],
     "skipped examples": ["--recipe", "quick", "--precision", "fp32", "--skip-learned", "0.2"],
     "lookahead": ["--precision", "fp32", "--lookahead-steps", "5"],
 }

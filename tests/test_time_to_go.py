@@ -206,12 +206,13 @@ def test_a_finished_run_gives_its_costs_for_the_next():
     assert progress.training_secs == pytest.approx(210)
 
 
-# Examples/sec of the sprint recipe's steps (batch 128) at each image size after each
-# phase's first minute on 2-core AMD EPYCs: a Zen 4 (family 25, model 17) and a Zen 5
-# (family 26, model 2) in bf16, a Zen 3 (family 25, model 1) in fp32; and the seconds of
-# their final evaluation, 100000 views of the 10000 test images (the Zen 5's scaled from
-# the Zen 4's by their 32-pixel rates). A 32-pixel step costs 2.8, 2.6 and 5.1 times a
-# 16-pixel one there: no rule of pixels holds on every CPU.
+# Examples/sec of the sprint recipe's steps before it took Muon (batch 128, the same
+# schedule) at each image size after each phase's first minute on 2-core AMD EPYCs: a
+# Zen 4 (family 25, model 17) and a Zen 5 (family 26, model 2) in bf16, a Zen 3 (family
+# 25, model 1) in fp32; and the seconds of their final evaluation, 100000 views of the
+# 10000 test images (the Zen 5's scaled from the Zen 4's by their 32-pixel rates). A
+# 32-pixel step costs 2.8, 2.6 and 5.1 times a 16-pixel one there: no rule of pixels
+# holds on every CPU.
 MACHINES = {
     "zen4": ({16: 3450, 24: 1940, 32: 1245}, 25),
     "zen5": ({16: 5964, 24: 3295, 32: 2286}, 14),

@@ -23,7 +23,7 @@ far below the others' rate stands out.
 batch norm's shift rate), the depth, batch and precision staying this command's flags;
 --image-size S trains on the images area-resized to S pixels, as a --low-resolution
 phase of the trainer does; --muon-learning-rate R updates the kernels by Muon, as the
-trainer's flag does.
+trainer's flag does (0, the default, leaves Muon out whatever the recipe's rate).
 """
 
 import argparse

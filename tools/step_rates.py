@@ -14,8 +14,8 @@ GFLOP/s that makes with the trainer's count of a training example's FLOPs at tha
 share of the CPU's peak in the step's compute precision (machine/cpu_peak, the clock
 named). The rounds' spread is printed beside each: read a difference smaller than it as
 none. --muon-learning-rates times each size's step with the kernels updated by Muon at
-each rate (0: the recipe's own update), its orthogonalisations counted in the FLOPs as
-the trainer counts them (compute_accounting.update_flops_per_example).
+each rate (0: without Muon, whatever the recipe's rate), its orthogonalisations counted
+in the FLOPs as the trainer counts them (compute_accounting.update_flops_per_example).
 """
 
 import dataclasses
