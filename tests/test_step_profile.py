@@ -103,3 +103,14 @@ def test_a_muon_rate_makes_the_profiled_step_update_the_kernels_by_muon():
     assert {kernel + "/" + muon.MOMENTUM_NAME for kernel in kernels} <= set(names)
     assert step_profile.update_text("quick", 0.06) == (
         "the quick recipe's update, the kernels' by Muon at 0.06")
+
+
+@pytest.mark.parametrize("given, expected", [(None, "recipe"), (0.0, 0.0), (0.03, 0.03)])
+def test_the_profiled_step_updates_as_the_recipe_does_unless_a_muon_rate_is_given(given,
+                                                                                 expected):
+    from tools import step_profile
+    from cifar10_estimator.settings import recipes
+    options = step_profile.StepProfileOptions(recipe="sprint", muon_learning_rate=given)
+    if expected == "recipe":
+        expected = recipes.RECIPES["sprint"]["muon_learning_rate"]
+    assert step_profile.hparams_of(options).muon_learning_rate == expected

@@ -86,8 +86,9 @@ class StepProfileOptions:
     image_size: int = option(IMAGE_SIDE, "Side of the trained images: below %d, a "
                                              "--low-resolution phase's." % IMAGE_SIDE,
                              type=image_side)
-    muon_learning_rate: float = option(0.0, "The trainer's --muon-learning-rate: above "
-                                                "0, the step updates the kernels by Muon.",
+    muon_learning_rate: float = option(None, "The trainer's --muon-learning-rate: above "
+                                                 "0, the step updates the kernels by Muon "
+                                                 "(default: the recipe's).",
                                        type=non_negative_float, metavar="R")
 
 
@@ -223,8 +224,9 @@ def hparams_of(args):
     settings = trainer_flags.parse(
         ["--job-dir", "unused", "--recipe", args.recipe, "--num-layers", str(args.num_layers),
          "--train-batch-size", str(args.batch_size), "--precision", args.precision,
-         "--muon-learning-rate", str(args.muon_learning_rate),
-         "--train-steps", str(_PROFILED_RUN_STEPS)] + phase)
+         "--train-steps", str(_PROFILED_RUN_STEPS)] + phase
+        + ([] if args.muon_learning_rate is None
+           else ["--muon-learning-rate", str(args.muon_learning_rate)]))
     return dataclasses.replace(settings.hparams, num_train_examples=_NUM_TRAIN_EXAMPLES)
 
 
@@ -280,7 +282,8 @@ def main(argv):
           "steps, median wall %.1f ms a step (untraced %.1f), kernel time summed over "
           "threads %.1f ms a step"
           % (args.num_layers, args.precision, args.data_format, args.batch_size,
-             args.image_size, update_text(args.recipe, args.muon_learning_rate), args.steps,
+             args.image_size, update_text(args.recipe, hparams_of(args).muon_learning_rate),
+             args.steps,
              1000 * statistics.median(wall_secs),
              1000 * statistics.median(untraced_secs[len(untraced_secs) // 2:]),
              summed / 1000 / args.steps))

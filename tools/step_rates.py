@@ -51,9 +51,9 @@ class StepRatesOptions:
                                 "warm-up steps.", type=positive_int)
     rounds: int = option(3, "Rounds; each times every size once.",
                          type=positive_int)
-    muon_learning_rates: list = option([0.0], "Muon rates to time each step with, as "
-                                                  "the trainer's --muon-learning-rate (0: "
-                                                  "without).", nargs="+",
+    muon_learning_rates: list = option([None], "Muon rates to time each step with, as "
+                                                   "the trainer's --muon-learning-rate (0: "
+                                                   "without; default: the recipe's).", nargs="+",
                                        type=non_negative_float, metavar="R")
 
 
@@ -105,12 +105,14 @@ def rows(args, results, peak_gflops):
     for profile, contender in results.items():
         side, batch_size = profile.image_size, profile.batch_size
         examples_per_sec = [args.steps * batch_size / secs for secs in contender.measurements]
+        hparams = step_profile.hparams_of(profile)
+        muon_rate = hparams.muon_learning_rate
         flops = (cifar10_model.training_flops_per_example(args.num_layers, side)
-                 + compute_accounting.update_flops_per_example(step_profile.hparams_of(profile)))
+                 + compute_accounting.update_flops_per_example(hparams))
         gflops = statistics.median(examples_per_sec) * flops / 1e9
         table.append([
-            side, batch_size, "%g" % profile.muon_learning_rate if profile.muon_learning_rate
-            else "-", "%.1f" % (1000 * contender.median() / args.steps),
+            side, batch_size, "%g" % muon_rate if muon_rate else "-",
+            "%.1f" % (1000 * contender.median() / args.steps),
             "%.0f (%.0f-%.0f)" % (statistics.median(examples_per_sec), min(examples_per_sec),
                                   max(examples_per_sec)),
             "%.1f" % (flops / 1e6), "%.0f" % gflops,
