@@ -523,9 +523,10 @@ def make_eval_spec(settings, signals, progress=None):
     """
     import tensorflow as tf  # lazy: keeps the trainer's --help and flag errors fast
     from cifar10_estimator.run import console
-    from cifar10_estimator.training import evaluation_views
+    from cifar10_estimator.run import evaluation_line
     from cifar10_estimator.run import progress as run_progress
     from cifar10_estimator.run import stop_signals
+    from cifar10_estimator.training import evaluation_views
     subset = flags.periodic_eval_subset(settings)
     exporters = make_exporters(subset)
     hooks = [stop_signals.StopEvaluationHook(signals, settings.job_dir)]
@@ -542,7 +543,7 @@ def make_eval_spec(settings, signals, progress=None):
             "choosing a model on test data would make its test accuracy optimistic.",
             "--eval-subset eval" if settings.eval_subset == "eval"
             else "%s has no validation set" % settings.data_dir)
-    evaluation_lines = run_progress.EvaluationLineExporter(
+    evaluation_lines = evaluation_line.EvaluationLineExporter(
         "validation set" if subset == "validation" else "test set", progress)
     return tf.estimator.EvalSpec(
         make_eval_input_fn(settings, subset), steps=flags.eval_steps(settings, subset),

@@ -137,6 +137,22 @@ def test_a_phase_not_reached_costs_its_pixels_against_the_phase_training_now():
     assert progress.estimate().seconds_to_go == pytest.approx(900 / 2 + 1000 * 16 / 9 / 2)
 
 
+def test_a_first_runs_time_to_go_is_a_bound_until_its_last_image_size():
+    # With no costs kept, the phases to come are scaled from smaller images by their
+    # pixels, which overstates them: the line says so, and says "about" once none is left.
+    progress, clock = started_progress(3000, 10, phases=SPRINT_PHASES)
+    train_steady(progress, clock, 0, 600, steps_per_sec=4)
+    assert progress.estimate().is_bound
+    assert line(progress).endswith(", 40 examples/sec, at most 28 min to go")
+    train_steady(progress, clock, 600, 2100, steps_per_sec=4)
+    assert not progress.estimate().is_bound
+    assert ", about " in line(progress)
+    kept = time_to_go.Costs({16: 1.0, 24: 1.5, 32: 2.5})
+    progress, clock = started_progress(3000, 10, phases=SPRINT_PHASES, costs=kept)
+    train_steady(progress, clock, 0, 600, steps_per_sec=4)
+    assert not progress.estimate().is_bound
+
+
 def test_a_machines_costs_scale_the_phases_not_reached_and_the_evaluations():
     costs = time_to_go.Costs({16: 1.0, 24: 1.5, 32: 2.5}, view_secs=0.5)
     progress, clock = started_progress(3000, 10, phases=SPRINT_PHASES, costs=costs,

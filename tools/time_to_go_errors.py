@@ -4,11 +4,12 @@
         [--at 20 50 70 90]
 
 For each percentage of the steps, the first progress line at or past it in JOB/train.log
-(`step G/LAST (P %), R examples/sec, about T to go`): T, against the time that remained
-from that line's time to the time of the `Test accuracy` line, and T's error. Then each
-image-size phase's steps: the median rate of its first minute and of the rest, from the
-lines ExamplesPerSecondHook logs every 10 steps (a new image size that starts slowly
-shows there). A log appended to by a resumed run is read from its last start.
+(`step G/LAST (P %), R examples/sec, about T to go`, or `at most T`): T, against the time
+that remained from that line's time to the time of the `Test accuracy` line, and T's
+error. Then each image-size phase's steps: the median rate of its first minute and of
+the rest, from the lines ExamplesPerSecondHook logs every 10 steps (a new image size
+that starts slowly shows there). A log appended to by a resumed run is read from its
+last start.
 """
 
 import dataclasses
@@ -27,7 +28,8 @@ from cifar10_estimator.run import console
 from cifar10_estimator.settings import schedule
 
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+:tensorflow:(.*)$")
-PROGRESS = re.compile(r"^step (\d+)/(\d+) \(\d+ %\), [\d.]+ examples/sec, (about .+) to go$")
+PROGRESS = re.compile(r"^step (\d+)/(\d+) \(\d+ %\), [\d.]+ examples/sec, "
+                      r"((?:about|at most) .+) to go$")
 EXAMPLES_PER_SEC = re.compile(r"^Average examples/sec: [\d.]+ \(([\d.]+)\), step = (\d+)$")
 # The schedule's line (main.log_schedule) starts each run of the trainer in the log.
 RUN_START = "Training to step "
@@ -71,8 +73,9 @@ def read_log(job_dir):
 
 
 def duration_secs(text):
-    """The seconds of a duration as the progress line says it ('about 4 min 30 s': 270)."""
-    words = text.split()[1:] if text.startswith("about ") else text.split()
+    """The seconds of a duration as the progress line says it ('about 4 min 30 s': 270;
+    'at most 4 min 30 s' too)."""
+    words = re.sub(r"^(?:about|at most) ", "", text).split()
     units = {"h": 3600, "min": 60, "s": 1}
     if len(words) % 2 or not all(unit in units for unit in words[1::2]):
         raise ValueError("not a duration: %r" % text)

@@ -1,13 +1,11 @@
 """The hooks that feed the run's time to go (run.time_to_go.RunProgress) and show it:
-a point every N global steps, a pause at each checkpoint (an evaluation may follow), the
-evaluations' times, and each evaluation in one line.
+a point every N global steps, a pause at each checkpoint (an evaluation may follow), and
+the evaluations' times.
 """
 
 import tensorflow as tf
 
 from cifar10_estimator import cifar10_utils
-from cifar10_estimator.run import console
-from cifar10_estimator.run import time_to_go
 
 # TensorBoard's tag of the run's rate (the rate of the time to go).
 EXAMPLES_PER_SEC_TAG = "examples/sec"
@@ -115,28 +113,3 @@ class EvaluationTimer(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         self._progress.add_evaluation(self._progress.clock() - self._start,
                                       self._steps * self._views_per_batch)
-
-
-class EvaluationLineExporter(tf.estimator.Exporter):
-    """Logs each evaluation of `evaluated` (e.g. 'validation set') in one line for the
-    console, with its time where `progress`'s EvaluationTimer timed it; exports nothing.
-    tf.estimator hands an exporter every evaluation's results, on any task."""
-
-    def __init__(self, evaluated, progress=None):
-        self._evaluated = evaluated
-        self._progress = progress
-
-    @property
-    def name(self):
-        return "evaluation_line"
-
-    def export(self, estimator, export_path, checkpoint_path, eval_result,
-               is_the_final_export):
-        took = ""
-        if self._progress is not None and self._progress.last_evaluation_secs is not None:
-            took = ", %s" % time_to_go.duration_text(self._progress.last_evaluation_secs)
-        console.console_logger().info(
-            "evaluation of step %d on the %s: accuracy %.2f %%, loss %.4f%s",
-            eval_result["global_step"], self._evaluated, 100 * eval_result["accuracy"],
-            eval_result["loss"], took)
-        return None

@@ -38,10 +38,10 @@ Costs = collections.namedtuple("Costs", "example_secs view_secs", defaults=(None
 EvaluationPlan = collections.namedtuple(
     "EvaluationPlan", "views_each every_secs final_views view_cost", defaults=(0, None, 0, 1.0))
 # Where a run is: the rate of the phase training now and the wall time to the run's end,
-# each None until known.
+# each None until known; is_bound: that time is a bound from above, not an estimate.
 ProgressEstimate = collections.namedtuple(
-    "ProgressEstimate", "global_step last_step examples_per_sec seconds_to_go",
-    defaults=(None, None))
+    "ProgressEstimate", "global_step last_step examples_per_sec seconds_to_go is_bound",
+    defaults=(None, None, False))
 
 
 class RunProgress:
@@ -149,6 +149,11 @@ class RunProgress:
             return ProgressEstimate(self.global_step, self._last_step,
                                     secs and self._examples_per_global_step / secs)
         secs_per_step, secs_per_cost = rates
+        # With no costs kept, phases to come on larger images are rated by their pixels:
+        # a step's work that does not grow with the images makes that a bound from above.
+        to_come = [side for side, _ in self._phases[current + 1:]]
+        is_bound = bool(not self._costs.example_secs and to_come
+                        and min(to_come) > self._phases[current][0])
         training_to_go, start = 0.0, 0
         for (_, end), secs in zip(self._phases, secs_per_step):
             training_to_go += max(0, end - max(start, self.global_step)) * secs
@@ -173,7 +178,7 @@ class RunProgress:
                 (training_to_go + since - evaluation_secs) // between_secs))
         return ProgressEstimate(self.global_step, self._last_step,
                                 self._examples_per_global_step / secs_per_step[current],
-                                training_to_go + final_views * view_secs)
+                                training_to_go + final_views * view_secs, is_bound)
 
     def _rates(self, min_secs):
         """([seconds of a global step in each phase], seconds of a unit of Costs): a phase's
@@ -247,10 +252,12 @@ def duration_text(secs):
 
 def progress_line(estimate):
     """The line of a ProgressEstimate: 'step 4200/10530 (40 %), 489 examples/sec, about
-    21 min to go', or 'step 30/10530 (0 %), time to go not known yet'."""
+    21 min to go' ('at most 21 min' where it is a bound), or 'step 30/10530 (0 %), time
+    to go not known yet'."""
     where = "step %d/%d (%d %%)" % (estimate.global_step, estimate.last_step,
                                     round(100 * estimate.global_step / estimate.last_step))
     if estimate.seconds_to_go is None:
         return where + ", time to go not known yet"
-    return "%s, %.0f examples/sec, about %s to go" % (where, estimate.examples_per_sec,
-                                                       duration_text(estimate.seconds_to_go))
+    return "%s, %.0f examples/sec, %s %s to go" % (
+        where, estimate.examples_per_sec, "at most" if estimate.is_bound else "about",
+        duration_text(estimate.seconds_to_go))
