@@ -66,7 +66,7 @@ def divergence_message(step, loss, learning_rate, checkpoint):
     if checkpoint:
         kept = "the last checkpoint with finite weights is %s" % checkpoint
     else:
-        kept = "no checkpoint with finite weights was written"
+        kept = "no checkpoint kept in the job dir holds finite weights"
     return ("training diverged at step %d: the loss became %s at learning rate %g; %s, and "
             "the diverged weights were not exported. Try a lower --learning-rate, a warm-up (--warmup-epochs) "
             "or --precision fp32" % (step, loss, learning_rate, kept))
