@@ -22,7 +22,6 @@ import math
 import os
 import random
 import sys
-import types
 
 from cifar10_estimator import files
 from cifar10_estimator import flags
@@ -571,19 +570,18 @@ def training_compute_record(settings, progress):
     from cifar10_estimator.training import example_skipping
     hparams = settings.hparams
     training_compute = compute_accounting.training_compute(hparams)
-    timed = types.SimpleNamespace(
-        steps=sum(progress.timed_steps_per_phase), secs=progress.training_secs,
-        flops=sum(phase.flops_per_example * compute.examples_trained(hparams, 0, steps)
-                  for phase, steps in zip(training_compute.phases,
-                                          progress.timed_steps_per_phase)),
-        examples_per_phase=None)
+    flops = sum(phase.flops_per_example * compute.examples_trained(hparams, 0, steps)
+                for phase, steps in zip(training_compute.phases,
+                                        progress.timed_steps_per_phase))
+    kept = None
     checkpoint = hparams.skip_learned and tf.train.latest_checkpoint(settings.job_dir)
     if checkpoint:
-        timed.examples_per_phase = [int(count) for count in tf.train.load_variable(
+        kept = [int(count) for count in tf.train.load_variable(
             checkpoint, example_skipping.COUNTS_NAME)]
         # The timed steps kept the share of their examples that the job's steps kept.
-        timed.flops *= (training_compute.flops_of_counts(timed.examples_per_phase)
-                        / training_compute.flops())
+        flops *= training_compute.flops_of_counts(kept) / training_compute.flops()
+    timed = compute.TimedTraining(sum(progress.timed_steps_per_phase),
+                                  progress.training_secs, flops, kept)
     return compute.record(training_compute, timed, hparams.precision,
                           None if settings.num_gpus else cpu_peak.this_cpu())
 

@@ -8,7 +8,6 @@ import os
 import re
 
 import pytest
-import tensorflow as tf
 
 from cifar10_estimator import cifar10_model
 from cifar10_estimator import compute_accounting
@@ -150,15 +149,13 @@ def test_bf16_flops_per_cycle_follow_the_vendors_dot_product_units(flags, fp32_f
     assert flops == expected, instructions
 
 
-class FinishedTimer:
-    def __init__(self, training_compute, flops, secs):
-        self.training_compute, self.flops, self.secs, self.steps = (
-            training_compute, flops, secs, 100)
+def finished_timer(training_compute, flops, secs):
+    return compute.TimedTraining(100, secs, flops)
 
 
 def test_the_record_sets_the_rate_against_the_peak_of_the_precision_trained_in():
     run = compute_accounting.training_compute(recipe_hparams("sprint", 50000))
-    timer = FinishedTimer(run, 175e9 * 536, 536.0)
+    timer = finished_timer(run, 175e9 * 536, 536.0)
     on_bf16 = compute.record(run, timer, "bf16", zen4())
     assert on_bf16["tflop"] == pytest.approx(95.4, abs=0.05)
     assert [phase["image_side"] for phase in on_bf16["phases"]] == [16, 24, 32]
@@ -176,7 +173,7 @@ def test_the_record_sets_the_rate_against_the_peak_of_the_precision_trained_in()
     # a finished run started again), the compute alone.
     on_gpus = compute.record(run, timer, "fp16", None)
     assert on_gpus["gflop_per_sec"] == pytest.approx(175) and "share_of_peak" not in on_gpus
-    assert compute.summary_lines(compute.record(run, FinishedTimer(run, 0.0, 0.0), "fp32",
+    assert compute.summary_lines(compute.record(run, finished_timer(run, 0.0, 0.0), "fp32",
                                                 zen4())) == [
         "  training compute     95.4 TFLOP"]
 

@@ -11,6 +11,7 @@ measured on different CPUs compare on it (`python -m cifar10_estimator.curves --
 tflop`). Imports no TensorFlow.
 """
 
+import collections
 import dataclasses
 
 from cifar10_estimator.settings import precision
@@ -111,6 +112,12 @@ def tflop_text(tflop):
     return "%.1f" % tflop if tflop >= 1 else "%.2g" % tflop
 
 
+# What a process timed of its training: global steps, seconds, their FLOPs, and with
+# --skip-learned the examples each phase kept (the final checkpoint's counts), else None.
+TimedTraining = collections.namedtuple("TimedTraining", "steps secs flops examples_per_phase",
+                                       defaults=(None,))
+
+
 def record(training_compute, timer=None, precision_name=None, cpu_peak=None):
     """What test_results.json keeps of a run's compute: the total and each phase's, and
     where this process timed training steps, the rate they reached and on a CPU the
@@ -118,7 +125,7 @@ def record(training_compute, timer=None, precision_name=None, cpu_peak=None):
 
     Args:
       training_compute: the run's TrainingCompute.
-      timer: what this process timed of its training (steps, secs, flops), or None.
+      timer: the TimedTraining of this process, or None.
       precision_name: the --precision the run trained in (one of precision.PRECISIONS).
       cpu_peak: the machine.cpu_peak.CpuPeak of the CPU it trained on; None on GPUs.
     """
@@ -130,7 +137,7 @@ def record(training_compute, timer=None, precision_name=None, cpu_peak=None):
                     "tflop": training_compute.flops(phase.first_step, phase.end_step) / 1e12}
                    for phase in training_compute.phases],
     }
-    trained = getattr(timer, "examples_per_phase", None)
+    trained = timer.examples_per_phase if timer else None
     if trained is not None:
         # --skip-learned: the examples the steps kept, as the checkpoints count them.
         result["planned_tflop"] = result["tflop"]
