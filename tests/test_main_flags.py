@@ -320,6 +320,8 @@ SPELLED_OUT = {
                 "--low-resolution-epochs", "7", "--train-batch-size", "128",
                 "--learning-rate", "0.2", "--moving-average-decay", "0.998"],
                ["--muon-learning-rate", "0", "--weight-decay", "5e-4"]),
+    "dash": (["--recipe", "sprint", "--train-epochs", "17", "--lower-resolution-epochs", "5.95",
+              "--low-resolution-epochs", "5.95"], []),
     "long": (["--recipe", "quick", "--num-layers", "20", "--train-epochs", "40",
               "--lower-resolution-epochs", "12", "--low-resolution-epochs", "12"], []),
 }
