@@ -41,6 +41,28 @@ def test_the_iteration_brings_every_singular_value_near_one(shape):
     assert 0.5 < values.min() and values.max() < 1.3, values
 
 
+@pytest.mark.parametrize("shape", [(144, 16), (16, 144)])
+def test_the_iteration_is_jordan_et_als_quintic_as_written(shape):
+    # X <- a X + b A X + c A A X with A = X X^T, in float64 from the matrix over its norm
+    # (X^T X on the right for a tall matrix): the graph sums the polynomial on the small
+    # side instead, which must come to the same.
+    matrix = np.random.default_rng(3).normal(size=shape)
+    a, b, c = muon.NEWTON_SCHULZ_COEFFICIENTS
+    x = matrix / np.linalg.norm(matrix)
+    for _ in range(muon.NEWTON_SCHULZ_STEPS):
+        if shape[0] > shape[1]:
+            gram = x.T @ x
+            x = a * x + b * x @ gram + c * x @ gram @ gram
+        else:
+            gram = x @ x.T
+            x = a * x + b * gram @ x + c * gram @ gram @ x
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        result = session.run(muon.orthogonalised(tf.constant(matrix, tf.float32)))
+    np.testing.assert_allclose(result, x, rtol=1e-3, atol=1e-5)
+    # Five iterations moved it: the test would not pass on the normalised input.
+    assert np.abs(x - matrix / np.linalg.norm(matrix)).max() > 1e-2
+
+
 def test_a_tall_matrix_gets_the_transpose_of_what_its_transpose_gets():
     # The iteration works on the smaller side's Gram matrix whichever way the matrix
     # stands; a kernel's [fan-in, filters] matrix is tall, its transpose wide.
