@@ -38,8 +38,8 @@ from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.cli.command import run_command
 from cifar10_estimator.cli.markdown import markdown_table
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_float, option,
-                                           option_fields, parse, positive_int)
+from cifar10_estimator.cli.options import (non_negative_float, option, options_parser, parse,
+                                           positive_int)
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.settings import recipes
@@ -93,11 +93,10 @@ class StepProfileOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        StepProfileOptions,
         description="Trace training steps of the ResNet and print the kernel time by op "
                     "type, from TensorFlow's step statistics.")
-    add_options(parser, option_fields(StepProfileOptions))
-    return parser
 
 
 def op_type_of(node_stats):

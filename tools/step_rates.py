@@ -25,8 +25,8 @@ import time
 from cifar10_estimator import cifar10_model
 from cifar10_estimator.cli.command import run_command
 from cifar10_estimator.cli.markdown import markdown_table
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_float, option,
-                                           option_fields, parse, positive_int)
+from cifar10_estimator.cli.options import (non_negative_float, option, options_parser, parse,
+                                           positive_int)
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.settings import precision as precisions
@@ -58,11 +58,10 @@ class StepRatesOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        StepRatesOptions,
         description="Time training steps at several image and batch sizes in alternating "
                     "rounds and print their GFLOP/s and share of the CPU's peak.")
-    add_options(parser, option_fields(StepRatesOptions))
-    return parser
 
 
 def _timed_steps(session, train_op, steps):

@@ -18,8 +18,7 @@ import time
 
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.cli.command import run_command
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           parse, positive_int)
+from cifar10_estimator.cli.options import option, options_parser, parse, positive_int
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.errors import UsageError
 from cifar10_estimator.machine import alternating_rounds
@@ -43,11 +42,10 @@ class EvaluationBenchmarkOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        EvaluationBenchmarkOptions,
         description="Time the trainer's evaluation of a checkpoint in float32 and in the "
                     "precision it trained in, taking turns.")
-    add_options(parser, option_fields(EvaluationBenchmarkOptions))
-    return parser
 
 
 def _evaluation_ways(hparams):

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from cifar10_estimator import cifar10
 from cifar10_estimator.cli.command import run_command
-from cifar10_estimator.cli.options import ArgumentParser, add_options, option, option_fields, parse
+from cifar10_estimator.cli.options import option, options_parser, parse
 from cifar10_estimator.data import tfrecord_format
 from cifar10_estimator.machine import alternating_rounds
 
@@ -216,11 +216,10 @@ class InputBenchmarkOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        InputBenchmarkOptions,
         description="Examples/sec of Cifar10DataSet versus the original tutorial's pipeline, "
                     "on the same train file.")
-    add_options(parser, option_fields(InputBenchmarkOptions))
-    return parser
 
 
 def main(argv):

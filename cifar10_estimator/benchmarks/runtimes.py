@@ -33,8 +33,7 @@ import typing
 
 from cifar10_estimator.cli.command import invoked_program, run_command
 from cifar10_estimator.cli.markdown import markdown_table
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           parse, positive_int)
+from cifar10_estimator.cli.options import option, options_parser, parse, positive_int
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.machine import alternating_rounds
 from cifar10_estimator.serving import options as shared
@@ -100,12 +99,11 @@ class RuntimesOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        RuntimesOptions,
         description="Test accuracy, agreement with the SavedModel, size, latency and "
                     "throughput of a job's export as a SavedModel, float and int8 "
                     "TensorFlow Lite and ONNX files, each in its own runtime.")
-    add_options(parser, option_fields(RuntimesOptions))
-    return parser
 
 
 def directory_bytes(path):

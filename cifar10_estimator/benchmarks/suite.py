@@ -41,8 +41,7 @@ import typing
 from cifar10_estimator import files
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.cli.command import invoked_program, run_command
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           option_per_value, parse)
+from cifar10_estimator.cli.options import option, option_per_value, options_parser, parse
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 
@@ -153,11 +152,10 @@ class SuiteOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        SuiteOptions,
         description="Measure input, training and conversion throughput on this "
-                               "machine and write benchmark.json and benchmark.md.")
-    add_options(parser, option_fields(SuiteOptions))
-    return parser
+                    "machine and write benchmark.json and benchmark.md.")
 
 
 def main(argv):

@@ -112,6 +112,15 @@ def add_options(parser, fields, groups=(), required_exclusive=()):
                                **destination, **metadata["add_argument"])
 
 
+def options_parser(options_class, description, required_exclusive=(), **parser_keywords):
+    """The ArgumentParser of a command whose flags are the option fields of
+    `options_class` (a dataclass), for add_options' `required_exclusive` and argparse's
+    other keywords (usage, formatter_class)."""
+    parser = ArgumentParser(description=description, **parser_keywords)
+    add_options(parser, option_fields(options_class), required_exclusive=required_exclusive)
+    return parser
+
+
 def _add_flag_per_value(container, field):
     values = container.add_mutually_exclusive_group()
     for value, help in field.metadata["helps_by_value"].items():

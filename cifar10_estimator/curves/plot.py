@@ -17,7 +17,7 @@ import typing
 
 from cifar10_estimator import files
 from cifar10_estimator.cli.command import run_command
-from cifar10_estimator.cli.options import ArgumentParser, add_options, option, option_fields, parse
+from cifar10_estimator.cli.options import option, options_parser, parse
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.curves import runs as job_runs
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
@@ -66,13 +66,12 @@ class CurvesOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        CurvesOptions,
         description="Draw the accuracy of the evaluations during training (on the "
                     "validation set, or on the test set for a job without one) and the "
                     "learning rate of training runs against epochs, from their job "
                     "directories' event files, into a PNG.")
-    add_options(parser, option_fields(CurvesOptions))
-    return parser
 
 
 def _pyplot():

@@ -23,8 +23,7 @@ import numpy as np
 
 from cifar10_estimator import files
 from cifar10_estimator.cli.command import run_command
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           parse, positive_int)
+from cifar10_estimator.cli.options import option, options_parser, parse, positive_int
 from cifar10_estimator.data import cifar10_archive
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.data import tfrecord_format
@@ -132,13 +131,12 @@ class SyntheticArchiveOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        SyntheticArchiveOptions,
         description="Write %s of random images in the official CIFAR-10 format (six "
                     "Python 2 pickles), to run the pipeline offline. generate_tfrecords "
                     "converts it with a warning that its MD5 is not the official one."
                     % cifar10_archive.ARCHIVE_FILENAME)
-    add_options(parser, option_fields(SyntheticArchiveOptions))
-    return parser
 
 
 def main(argv):

@@ -29,9 +29,8 @@ import time
 from cifar10_estimator import flags as trainer_flags
 from cifar10_estimator.cli.child_process import child_environment
 from cifar10_estimator.cli.command import run_command
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, non_negative_float,
-                                           non_negative_int, option, option_fields, parse,
-                                           positive_float, positive_int)
+from cifar10_estimator.cli.options import (non_negative_float, non_negative_int, option,
+                                           options_parser, parse, positive_float, positive_int)
 from cifar10_estimator.distributed import cluster
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
 from cifar10_estimator.machine import gpu_devices
@@ -359,14 +358,13 @@ class LauncherOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        LauncherOptions,
         usage="%%(prog)s [--num-ps N] [--num-workers N] [--no-evaluator] [--evaluator-gpus N] "
               "[--timeout-secs S] [--evaluator-grace-secs S] [--tf-config-shape {%s,%s}] "
               "-- TRAINER FLAGS" % (ESTIMATOR_SHAPE, OPERATOR_SHAPE),
         description="Run ps, chief, worker and evaluator tasks of a TF_CONFIG cluster as "
                     "processes on 127.0.0.1, each `python -m %s TRAINER FLAGS`." % TRAINER_MODULE)
-    add_options(parser, option_fields(LauncherOptions))
-    return parser
 
 
 def split_argv(argv):

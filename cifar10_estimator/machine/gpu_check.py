@@ -24,8 +24,7 @@ import cifar10_estimator
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.cli.command import invoked_program, run_command
 from cifar10_estimator.cli.markdown import markdown_table
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           parse, positive_int)
+from cifar10_estimator.cli.options import option, options_parser, parse, positive_int
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.machine import cuda_libraries
 from cifar10_estimator.settings import precision
@@ -378,12 +377,11 @@ def device_counts(num_devices):
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        GpuCheckOptions,
         description="What TensorFlow sees (GPUs, CUDA, cuDNN) and a few synthetic training "
                     "steps of the trainer's model on one GPU and on all: a report to paste "
                     "into a bug. Without a GPU it trains on logical CPU devices.")
-    add_options(parser, option_fields(GpuCheckOptions))
-    return parser
 
 
 def main(argv):

@@ -32,8 +32,7 @@ import numpy as np
 
 from cifar10_estimator import files
 from cifar10_estimator.cli.command import first_line, run_command, stderr_dropped_on_success
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           parse, positive_int)
+from cifar10_estimator.cli.options import option, options_parser, parse, positive_int
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
@@ -197,13 +196,12 @@ class ConvertOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        ConvertOptions,
         description="Convert the serving_default signature of a SavedModel exported by "
                     "training to a TensorFlow Lite (float or int8) or ONNX file, and check "
                     "it in its runtime against the SavedModel.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_options(parser, option_fields(ConvertOptions))
-    return parser
 
 
 def check_args(target, output, data_dir):

@@ -26,8 +26,7 @@ import numpy as np
 from cifar10_estimator import files
 from cifar10_estimator import hparams as job_hparams
 from cifar10_estimator.cli.command import first_line, invoked_program, run_command
-from cifar10_estimator.cli.options import (ArgumentParser, add_options, option, option_fields,
-                                           parse, positive_int)
+from cifar10_estimator.cli.options import option, options_parser, parse, positive_int
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts, tfrecord_format
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
@@ -57,13 +56,12 @@ class EvaluateOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        EvaluateOptions,
         description="Evaluate a trained checkpoint, or a model file in its runtime, on every "
                     "example of a subset once: overall and per-class accuracy and the "
                     "confusion matrix.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_options(parser, option_fields(EvaluateOptions), required_exclusive=[EVALUATED])
-    return parser
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, required_exclusive=[EVALUATED])
 
 
 def resolve_checkpoint(job_dir, checkpoint=None):

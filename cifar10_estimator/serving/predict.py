@@ -20,7 +20,7 @@ import typing
 import numpy as np
 
 from cifar10_estimator.cli.command import first_line, invoked_program, run_command
-from cifar10_estimator.cli.options import ArgumentParser, add_options, option, option_fields, parse
+from cifar10_estimator.cli.options import option, options_parser, parse
 from cifar10_estimator.cli.tensorflow_logs import quiet_tensorflow_logs
 from cifar10_estimator.data import cifar10_facts
 from cifar10_estimator.errors import Cifar10EstimatorError, UsageError
@@ -44,13 +44,12 @@ class PredictOptions:
 
 
 def build_parser():
-    parser = ArgumentParser(
+    return options_parser(
+        PredictOptions,
         description="Classify PNG/JPEG images with a SavedModel exported by training, or "
                     "a .tflite or .onnx file converted from one. Prints "
                     "PATH<TAB>CLASS_NAME<TAB>PROBABILITY lines.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_options(parser, option_fields(PredictOptions), required_exclusive=[CLASSIFIER])
-    return parser
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, required_exclusive=[CLASSIFIER])
 
 
 def load_image_bytes_signature(export_dir):
